@@ -1,0 +1,10 @@
+// The subcommands of `plexus`. Each takes the arguments after its own name.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace plexus::cli {
+int plugins_command(const std::vector<std::string>& args);
+int config_command(const std::vector<std::string>& args);
+}  // namespace plexus::cli

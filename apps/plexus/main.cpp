@@ -1,0 +1,40 @@
+// `plexus`: the tool for inspecting plugins and configs.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "plexus/abi.h"
+#include "plexus/cli.hpp"
+#include "plexus/commands.hpp"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: plexus <command> [options]
+
+commands:
+  plugins list [--plugin-path DIR]... [--json]   every plugin found, its version, ABI and components
+  config check FILE|--default [--set K=V]...     validate a run config and the plugins it names
+  config show FILE|--default [--set K=V]...      print a run config with every default filled in
+  version                                        this host's version and plugin ABI
+
+`plexus <command> --help` tells more.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::cout << kUsage;
+    return args.empty() ? 1 : 0;
+  }
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (args[0] == "plugins") return plexus::cli::plugins_command(rest);
+  if (args[0] == "config") return plexus::cli::config_command(rest);
+  if (args[0] == "version" || args[0] == "--version") {
+    std::cout << "plexus " << PLEXUS_VERSION_STRING << " (plugin ABI " << PLX_ABI_MAJOR << "." << PLX_ABI_MINOR << ")\n";
+    return 0;
+  }
+  std::cerr << "plexus: error: unknown command '" << args[0] << "'\n\n" << kUsage;
+  return 1;
+}

@@ -1,0 +1,72 @@
+// RAII proxies over registered components: they create the plugin's object, forward calls and
+// turn a non-OK status into ComponentCallError carrying the plugin's message, prefixed with the
+// plugin file and component names.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plexus/core/host_services.hpp"
+#include "plexus/core/plugin_host.hpp"
+#include "plexus/layer.h"
+#include "plexus/scheduler.h"
+
+namespace plexus {
+
+// Throws ComponentCallError for a non-OK status: "<component> (<kind>, plugin '<name>' from
+// <file>): <operation> failed: <status name>: <plugin's message>".
+void check_call(const Component& component, const char* operation, plx_status status);
+
+class LayerInstance {
+ public:
+  LayerInstance(const Component& component, const plx_layer_create_args& args);
+  ~LayerInstance();
+  LayerInstance(const LayerInstance&) = delete;
+  LayerInstance& operator=(const LayerInstance&) = delete;
+
+  plx_layer_info info() const;
+  plx_param_spec param(uint32_t index) const;
+  plx_stage_info stage(uint32_t index) const;
+  std::vector<plx_tensor_desc> output_desc(const std::vector<plx_tensor_desc>& inputs) const;
+
+  // Per-microbatch state, destroyed through the plugin.
+  class State {
+   public:
+    State(const LayerInstance& owner, void* state) : owner_(&owner), state_(state) {}
+    ~State();
+    State(const State&) = delete;
+    State& operator=(const State&) = delete;
+    void* get() const noexcept { return state_; }
+
+   private:
+    const LayerInstance* owner_;
+    void* state_;
+  };
+  std::unique_ptr<State> create_state(uint32_t microbatch) const;
+  void forward(State& state, uint32_t stage, const plx_forward_args& args) const;
+  void backward(State& state, uint32_t stage, const plx_backward_args& args) const;
+  const Component& component() const noexcept { return *component_; }
+
+ private:
+  const Component* component_;
+  const plx_layer_v1* table_;
+  void* layer_ = nullptr;
+};
+
+class SchedulerInstance {
+ public:
+  SchedulerInstance(const Component& component, plx_config config);
+  ~SchedulerInstance();
+  SchedulerInstance(const SchedulerInstance&) = delete;
+  SchedulerInstance& operator=(const SchedulerInstance&) = delete;
+  void run_step(const plx_schedule_env& env) const;
+
+ private:
+  const Component* component_;
+  const plx_scheduler_v1* table_;
+  void* scheduler_ = nullptr;
+};
+
+}  // namespace plexus

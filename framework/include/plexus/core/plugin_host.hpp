@@ -1,0 +1,99 @@
+// The plugin host: loads plugin libraries, negotiates the ABI, validates descriptors and
+// registers components by (kind, name).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plexus/core/errors.hpp"
+#include "plexus/plugin.h"
+
+namespace plexus {
+
+class HostServices;
+
+struct LoadOptions {
+  // Refusing plugin files or directories that others may write is the default: such a file
+  // could be replaced by any local user and would run inside every training job.
+  bool allow_world_writable = false;
+};
+
+// What the host knows about one loaded plugin.
+struct PluginRecord {
+  std::filesystem::path file;
+  std::string name;
+  std::string version;
+  std::string description;
+  uint32_t abi_version = 0;     // what the plugin was built against
+  uint32_t min_host_minor = 0;  // what it needs of the host
+};
+
+// One registered component. `table` points to a host-side copy of the plugin's table, zero
+// extended to this host's size, so fields the plugin's SDK did not have read as NULL.
+struct Component {
+  uint32_t kind = 0;
+  std::string name;
+  std::string description;
+  std::string config_schema;  // JSON text, empty when the component takes no config
+  const PluginRecord* plugin = nullptr;
+  const void* table = nullptr;
+  uint32_t table_size = 0;  // the plugin's struct_size of the table
+
+  template <class Table>
+  const Table& as() const {
+    return *static_cast<const Table*>(table);
+  }
+};
+
+const char* kind_name(uint32_t kind) noexcept;              // "layer", "fusion_backend", ...
+std::optional<uint32_t> kind_from_name(std::string_view name) noexcept;
+
+class PluginHost {
+ public:
+  PluginHost();
+  ~PluginHost();  // shuts down and unloads plugins in reverse load order
+  PluginHost(const PluginHost&) = delete;
+  PluginHost& operator=(const PluginHost&) = delete;
+
+  // Loads one plugin library. Throws PluginError naming the file and the problem; on error
+  // nothing of the plugin stays registered or loaded.
+  const PluginRecord& load(const std::filesystem::path& file, const LoadOptions& options = {});
+
+  // The component registered under (kind, name), or nullptr.
+  const Component* find(uint32_t kind, std::string_view name) const;
+  // Like find, but throws PluginError listing the registered names of that kind (and the
+  // nearest one) when absent.
+  const Component& get(uint32_t kind, std::string_view name) const;
+
+  std::vector<const PluginRecord*> plugins() const;
+  std::vector<const Component*> components() const;  // in registration order
+  std::vector<const Component*> components_of(const PluginRecord& plugin) const;
+
+  HostServices& services() noexcept;
+
+ private:
+  struct Loaded;
+  std::vector<std::unique_ptr<Loaded>> loaded_;
+  std::unique_ptr<HostServices> services_;
+};
+
+// The directories searched for plugins, in order: explicit ones (command line, then config
+// "plugins.paths"), PLEXUS_PLUGIN_PATH (colon-separated), the directory beside the running
+// executable (../lib/plexus/plugins, which covers both the build tree and an install), and the
+// install prefix compiled into the core.
+std::vector<std::filesystem::path> plugin_search_path(const std::vector<std::filesystem::path>& explicit_dirs);
+
+// The plugin libraries in a directory (files ending in ".so"), sorted by name.
+std::vector<std::filesystem::path> plugin_files_in(const std::filesystem::path& dir);
+
+// Resolves a plugin reference from a config: a path (contains '/' or ends in ".so") is used as
+// is; a bare name N is looked up as libplexus_N.so in the search path. Throws PluginError
+// listing the directories searched.
+std::filesystem::path resolve_plugin(std::string_view reference,
+                                     const std::vector<std::filesystem::path>& search_path);
+
+}  // namespace plexus

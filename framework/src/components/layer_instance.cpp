@@ -1,0 +1,65 @@
+#include <string>
+
+#include "plexus/core/components.hpp"
+
+namespace plexus {
+
+LayerInstance::LayerInstance(const Component& component, const plx_layer_create_args& args)
+    : component_(&component), table_(&component.as<plx_layer_v1>()) {
+  if (component.kind != PLX_KIND_LAYER)
+    throw ComponentCallError(PLX_ERR_INVALID_ARGUMENT, "component '" + component.name + "' is a " +
+                                                           kind_name(component.kind) + ", not a layer");
+  HostServices::clear_last_error();
+  check_call(component, "create", table_->create(&args, &layer_));
+}
+
+LayerInstance::~LayerInstance() {
+  if (layer_ != nullptr) table_->destroy(layer_);
+}
+
+plx_layer_info LayerInstance::info() const {
+  plx_layer_info out{};
+  out.struct_size = sizeof(out);
+  check_call(*component_, "get_info", table_->get_info(layer_, &out));
+  return out;
+}
+
+plx_param_spec LayerInstance::param(uint32_t index) const {
+  plx_param_spec out{};
+  out.struct_size = sizeof(out);
+  check_call(*component_, "get_param", table_->get_param(layer_, index, &out));
+  return out;
+}
+
+plx_stage_info LayerInstance::stage(uint32_t index) const {
+  plx_stage_info out{};
+  out.struct_size = sizeof(out);
+  check_call(*component_, "get_stage", table_->get_stage(layer_, index, &out));
+  return out;
+}
+
+std::vector<plx_tensor_desc> LayerInstance::output_desc(const std::vector<plx_tensor_desc>& inputs) const {
+  std::vector<plx_tensor_desc> outputs(info().num_outputs);
+  check_call(*component_, "output_desc",
+             table_->output_desc(layer_, static_cast<uint32_t>(inputs.size()), inputs.data(),
+                                 static_cast<uint32_t>(outputs.size()), outputs.data()));
+  return outputs;
+}
+
+LayerInstance::State::~State() { owner_->table_->state_destroy(owner_->layer_, state_); }
+
+std::unique_ptr<LayerInstance::State> LayerInstance::create_state(uint32_t microbatch) const {
+  void* state = nullptr;
+  check_call(*component_, "state_create", table_->state_create(layer_, microbatch, &state));
+  return std::make_unique<State>(*this, state);
+}
+
+void LayerInstance::forward(State& state, uint32_t stage, const plx_forward_args& args) const {
+  check_call(*component_, "forward", table_->forward(layer_, state.get(), stage, &args));
+}
+
+void LayerInstance::backward(State& state, uint32_t stage, const plx_backward_args& args) const {
+  check_call(*component_, "backward", table_->backward(layer_, state.get(), stage, &args));
+}
+
+}  // namespace plexus

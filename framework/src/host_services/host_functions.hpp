@@ -1,0 +1,22 @@
+// The C functions behind plx_host_api, grouped by concern in host_*.cpp files.
+#pragma once
+
+#include <string>
+
+#include "plexus/host.h"
+
+namespace plexus::detail {
+
+// Identifies the plugin behind a call: plx_host_api.ctx points to one of these.
+struct PluginContext {
+  std::string plugin_name;
+  plx_host_api api{};
+};
+
+void fill_logging_functions(plx_host_api& api);
+void fill_config_functions(plx_host_api& api);
+void fill_memory_functions(plx_host_api& api);
+void fill_stream_functions(plx_host_api& api);
+void fill_comm_functions(plx_host_api& api);
+
+}  // namespace plexus::detail

@@ -1,0 +1,56 @@
+// The "sequential" scheduler: gradient accumulation, one microbatch at a time.
+//
+// For each microbatch: every unit's forward stages in order, then every unit's backward
+// stages in reverse. Running a microbatch's backward right after its forward keeps only one
+// microbatch's activations alive. Communication stages go to the communication stream and
+// compute stages to the compute stream; the engine orders the stages of one microbatch.
+#include <cstdint>
+
+#include "plexus/cpp/plugin.hpp"
+
+namespace {
+
+class SequentialScheduler {
+ public:
+  explicit SequentialScheduler(plx_config /*config*/) {}
+
+  void run_step(const plx_schedule_env& env) const {
+    for (uint32_t mb = 0; mb < env.num_microbatches; ++mb) {
+      for (uint32_t unit = 0; unit < env.num_units; ++unit) {
+        const uint32_t stages = num_stages(env, unit);
+        for (uint32_t stage = 0; stage < stages; ++stage)
+          plexus::sdk::check_host(env.forward(env.ctx, mb, unit, stage, stream_for(env, unit, stage)));
+      }
+      for (uint32_t unit = env.num_units; unit-- > 0;) {
+        for (uint32_t stage = num_stages(env, unit); stage-- > 0;)
+          plexus::sdk::check_host(env.backward(env.ctx, mb, unit, stage, stream_for(env, unit, stage)));
+        // Split weight gradients, when the engine splits them, are due before the next
+        // microbatch: nothing here could hide them.
+        if (env.backward_weights != nullptr)
+          plexus::sdk::check_host(env.backward_weights(env.ctx, mb, unit, env.compute_stream));
+      }
+    }
+  }
+
+ private:
+  static uint32_t num_stages(const plx_schedule_env& env, uint32_t unit) {
+    uint32_t stages = 0;
+    plexus::sdk::check_host(env.unit_num_stages(env.ctx, unit, &stages));
+    return stages;
+  }
+  static plx_stream stream_for(const plx_schedule_env& env, uint32_t unit, uint32_t stage) {
+    plx_stage_info info{};
+    info.struct_size = sizeof(info);
+    plexus::sdk::check_host(env.unit_stage(env.ctx, unit, stage, &info));
+    return info.kind == PLX_STAGE_COMM ? env.comm_stream : env.compute_stream;
+  }
+};
+
+constexpr const char* kSchema = R"({"type": "object", "doc": "The sequential scheduler has no options.", "properties": {}})";
+
+const plx_component_desc kSequential = plexus::sdk::scheduler_component<SequentialScheduler>(
+    "sequential", "gradient accumulation: each microbatch's forward, then its backward", kSchema);
+
+}  // namespace
+
+PLEXUS_PLUGIN("sequential_scheduler", "1.0.0", "Schedulers that need no communication overlap", &kSequential)

@@ -1,0 +1,121 @@
+// Plexus SDK C++ helpers: write a layer as an ordinary class, get a plx_layer_v1 table.
+//
+//   class Scale : public plexus::sdk::Layer { ... };
+//   static const plx_component_desc kScale = plexus::sdk::layer_component<Scale>("my.scale", "...");
+//
+// T must be constructible from `const plx_layer_create_args&`. Per-microbatch data lives in a
+// LayerState subclass returned by create_state, never in the layer itself.
+#ifndef PLEXUS_CPP_LAYER_HPP
+#define PLEXUS_CPP_LAYER_HPP
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "plexus/cpp/error.hpp"
+#include "plexus/layer.h"
+#include "plexus/plugin.h"
+
+namespace plexus::sdk {
+
+class LayerState {
+ public:
+  virtual ~LayerState() = default;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual plx_layer_info info() const = 0;
+  virtual plx_param_spec param(uint32_t index) const {
+    throw Error(PLX_ERR_INVALID_ARGUMENT, "no parameter " + std::to_string(index));
+  }
+  virtual plx_stage_info stage(uint32_t index) const {
+    if (index != 0) throw Error(PLX_ERR_INVALID_ARGUMENT, "no stage " + std::to_string(index));
+    plx_stage_info s{};
+    s.struct_size = sizeof(s);
+    s.kind = PLX_STAGE_COMPUTE;
+    s.name = "compute";
+    return s;
+  }
+  virtual void output_desc(uint32_t num_inputs, const plx_tensor_desc* inputs,
+                           uint32_t num_outputs, plx_tensor_desc* outputs) const = 0;
+  virtual void init_param(uint32_t index, DLTensor& /*value*/, uint64_t /*seed*/) {
+    throw Error(PLX_ERR_UNSUPPORTED, "parameter " + std::to_string(index) + " has no custom initializer");
+  }
+  virtual std::unique_ptr<LayerState> create_state(uint32_t /*microbatch*/) {
+    return std::make_unique<LayerState>();
+  }
+  virtual void forward(LayerState& state, uint32_t stage, const plx_forward_args& args) = 0;
+  virtual void backward(LayerState& state, uint32_t stage, const plx_backward_args& args) = 0;
+};
+
+namespace detail {
+template <class T>
+struct LayerTrampolines {
+  static Layer& self(void* layer) { return *static_cast<Layer*>(static_cast<T*>(layer)); }
+  static plx_status create(const plx_layer_create_args* args, void** out) noexcept {
+    return guard("create", [&] {
+      if (args == nullptr || out == nullptr) throw Error(PLX_ERR_INVALID_ARGUMENT, "null argument");
+      *out = std::make_unique<T>(*args).release();  // owned by the host until destroy()
+    });
+  }
+  static void destroy(void* layer) noexcept { std::unique_ptr<T> owned(static_cast<T*>(layer)); }
+  static plx_status get_info(void* layer, plx_layer_info* out) noexcept {
+    return guard("get_info", [&] { write_out(out, self(layer).info()); });
+  }
+  static plx_status get_param(void* layer, uint32_t index, plx_param_spec* out) noexcept {
+    return guard("get_param", [&] { write_out(out, self(layer).param(index)); });
+  }
+  static plx_status get_stage(void* layer, uint32_t index, plx_stage_info* out) noexcept {
+    return guard("get_stage", [&] { write_out(out, self(layer).stage(index)); });
+  }
+  static plx_status output_desc(void* layer, uint32_t ni, const plx_tensor_desc* in, uint32_t no,
+                                plx_tensor_desc* out) noexcept {
+    return guard("output_desc", [&] { self(layer).output_desc(ni, in, no, out); });
+  }
+  static plx_status init_param(void* layer, uint32_t index, DLTensor* value, uint64_t seed) noexcept {
+    return guard("init_param", [&] { self(layer).init_param(index, *value, seed); });
+  }
+  static plx_status state_create(void* layer, uint32_t microbatch, void** out) noexcept {
+    return guard("state_create", [&] { *out = self(layer).create_state(microbatch).release(); });
+  }
+  static void state_destroy(void* /*layer*/, void* state) noexcept {
+    std::unique_ptr<LayerState> owned(static_cast<LayerState*>(state));
+  }
+  static plx_status forward(void* layer, void* state, uint32_t stage, const plx_forward_args* args) noexcept {
+    return guard("forward", [&] { self(layer).forward(*static_cast<LayerState*>(state), stage, *args); });
+  }
+  static plx_status backward(void* layer, void* state, uint32_t stage, const plx_backward_args* args) noexcept {
+    return guard("backward", [&] { self(layer).backward(*static_cast<LayerState*>(state), stage, *args); });
+  }
+  static inline const plx_layer_v1 table = {
+      sizeof(plx_layer_v1), 0, &create, &destroy, &get_info, &get_param, &get_stage, &output_desc,
+      &init_param, &state_create, &state_destroy, &forward, &backward, nullptr};
+};
+}  // namespace detail
+
+template <class T>
+plx_component_desc layer_component(const char* name, const char* description,
+                                   const char* config_schema = nullptr) {
+  return plx_component_desc{sizeof(plx_component_desc), PLX_KIND_LAYER, name, description,
+                            config_schema, &detail::LayerTrampolines<T>::table};
+}
+
+// Fills a plx_param_spec with the common fields; adjust flags/init after.
+inline plx_param_spec param_spec(const char* name, std::initializer_list<int64_t> dims,
+                                 uint32_t init, double init_a = 0.0, uint32_t flags = 0) {
+  plx_param_spec p{};
+  p.struct_size = sizeof(p);
+  p.flags = flags;
+  p.name = name;
+  p.desc.dtype = plx_dtype_f32();
+  for (int64_t d : dims) p.desc.dims[p.desc.ndim++] = d;
+  p.init = init;
+  p.init_a = init_a;
+  return p;
+}
+
+}  // namespace plexus::sdk
+
+#endif  // PLEXUS_CPP_LAYER_HPP

@@ -1,0 +1,42 @@
+// Plexus SDK C++ helpers: checked, typed access to DLPack tensor views.
+#ifndef PLEXUS_CPP_TENSOR_HPP
+#define PLEXUS_CPP_TENSOR_HPP
+
+#include <string>
+
+#include "plexus/cpp/error.hpp"
+#include "plexus/tensor.h"
+
+namespace plexus::sdk {
+
+inline std::string dtype_name(DLDataType t) {
+  std::string base;
+  switch (t.code) {
+    case kDLFloat: base = "float"; break;
+    case kDLInt: base = "int"; break;
+    case kDLUInt: base = "uint"; break;
+    case kDLBfloat: base = "bfloat"; break;
+    default: base = "dtype" + std::to_string(t.code) + "_"; break;
+  }
+  return base + std::to_string(t.bits);
+}
+
+// Throws Error naming `what` unless t is contiguous on the CPU with the expected dtype.
+inline void expect_cpu_contiguous(const DLTensor& t, DLDataType dtype, const char* what) {
+  if (t.device.device_type != kDLCPU)
+    throw Error(PLX_ERR_UNSUPPORTED, std::string(what) + ": expected a CPU tensor");
+  if (!plx_dtype_equal(t.dtype, dtype))
+    throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(what) + ": expected dtype " + dtype_name(dtype) +
+                                              ", got " + dtype_name(t.dtype));
+  if (!plx_is_contiguous(&t))
+    throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(what) + ": expected a contiguous tensor");
+}
+
+template <class T>
+T* data_as(const DLTensor& t) {
+  return static_cast<T*>(plx_data(&t));
+}
+
+}  // namespace plexus::sdk
+
+#endif  // PLEXUS_CPP_TENSOR_HPP
