@@ -1,0 +1,45 @@
+// The run config: the embedded default and the framework schema, overrides and plugin lookup.
+#define BOOST_TEST_MODULE run_config
+#include <boost/test/unit_test.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include "plexus/core/run_config.hpp"
+#include "temp_dir.hpp"
+
+BOOST_AUTO_TEST_CASE(embedded_default_validates_and_names_the_scheduler) {
+  const auto config = plexus::load_run_config(std::nullopt, {});
+  const auto refs = plexus::component_refs(config);
+  BOOST_TEST_REQUIRE(refs.size() == 1U);
+  BOOST_TEST(refs[0].section == "scheduler");
+  BOOST_TEST(refs[0].kind == static_cast<uint32_t>(PLX_KIND_SCHEDULER));
+  BOOST_TEST(refs[0].name == "sequential");
+  BOOST_TEST(config.at("plugins").at("allow_world_writable") == false);  // default filled
+}
+
+BOOST_AUTO_TEST_CASE(overrides_apply_before_validation) {
+  const auto config = plexus::load_run_config(std::nullopt, {"train.steps=7", "run.name=smoke"});
+  BOOST_TEST(config.at("train").at("steps") == 7);
+  BOOST_TEST(config.at("run").at("name") == "smoke");
+  BOOST_CHECK_THROW(plexus::load_run_config(std::nullopt, {"train.steps=\"many\""}), plexus::config::ConfigError);
+}
+
+BOOST_AUTO_TEST_CASE(resolve_plugin_by_name_path_and_env) {
+  plexus::test::TempDir dir;
+  const auto lib = dir.write("libplexus_thing.so", "");
+  BOOST_TEST(plexus::resolve_plugin("thing", {dir.path()}) == lib);
+  BOOST_TEST(plexus::resolve_plugin("/abs/libx.so", {}) == "/abs/libx.so");
+  try {
+    (void)plexus::resolve_plugin("other", {dir.path()});
+    BOOST_FAIL("expected PluginError");
+  } catch (const plexus::PluginError& e) {
+    BOOST_TEST(std::string(e.what()).find(dir.path().string()) != std::string::npos);
+  }
+  ::setenv("PLEXUS_PLUGIN_PATH", (dir.path().string() + ":/nonexistent").c_str(), 1);
+  const auto search = plexus::plugin_search_path({});
+  ::unsetenv("PLEXUS_PLUGIN_PATH");
+  BOOST_TEST_REQUIRE(search.size() >= 2U);
+  BOOST_TEST(search[0] == std::filesystem::weakly_canonical(dir.path()));
+  BOOST_TEST(plexus::plugin_files_in(dir.path()).size() == 1U);
+}
