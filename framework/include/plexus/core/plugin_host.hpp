@@ -41,7 +41,7 @@ struct Component {
   std::string config_schema;  // JSON text, empty when the component takes no config
   const PluginRecord* plugin = nullptr;
   const void* table = nullptr;
-  uint32_t table_size = 0;  // the plugin's struct_size of the table
+  uint32_t table_size = 0;  // what both sides know: min(plugin struct_size, host sizeof)
 
   template <class Table>
   const Table& as() const {

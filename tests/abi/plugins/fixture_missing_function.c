@@ -1,0 +1,38 @@
+/* fixture_missing_function: a layer ("fixture.incomplete") whose table has forward = NULL.
+ *
+ * Exercises table validation at load time: forward is required, so the host must refuse the
+ * plugin, naming the component and the missing function, instead of crashing on the first call. */
+#include "scale_layer.h"
+
+static const plx_layer_v1 incomplete_table = {
+    sizeof(plx_layer_v1),
+    0,
+    fixture_scale_create,
+    fixture_scale_destroy,
+    fixture_scale_get_info,
+    fixture_scale_get_param,
+    fixture_scale_get_stage,
+    fixture_scale_output_desc,
+    NULL,
+    fixture_scale_state_create,
+    fixture_scale_state_destroy,
+    NULL, /* forward: required, missing */
+    fixture_scale_backward,
+    NULL,
+};
+
+static const plx_component_desc incomplete_component = {
+    sizeof(plx_component_desc), PLX_KIND_LAYER, "fixture.incomplete", "a layer without forward", NULL,
+    &incomplete_table};
+static const plx_component_desc* const components[] = {&incomplete_component};
+
+static const plx_plugin_descriptor descriptor = {
+    sizeof(plx_plugin_descriptor), PLX_ABI_VERSION, 0, 1, "fixture_missing_function", "0.3.0",
+    "Its layer has no forward", components, fixture_scale_init, NULL,
+};
+
+PLX_PLUGIN_ENTRY(host, out) {
+  (void)host;
+  *out = &descriptor;
+  return PLX_OK;
+}

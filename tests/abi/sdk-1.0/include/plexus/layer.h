@@ -1,0 +1,169 @@
+/* Plexus SDK: the layer kind (PLX_KIND_LAYER), table version 1.
+ *
+ * A layer is a sublayer function F with its parameters (attention, MLP, MoE, embedding, head).
+ * The residual connection is NOT inside F: the stack composes F with a connection (a plain
+ * residual, or mHC from a fusion backend), so every layer works with every connection.
+ *
+ * What the design carries for later features:
+ *  - Stages. Forward and backward are split into stages, each compute or communication, so a
+ *    scheduler can interleave the stages of different microbatches (e.g. MoE dispatch hidden
+ *    under another microbatch's compute). Forward runs stages 0..S-1; backward S-1..0.
+ *  - Per-microbatch state. Everything a backward needs from its forward lives in a state object
+ *    created per microbatch, never in the layer, so microbatches can be in flight together.
+ *  - Host-owned parameters. A layer declares its parameters (plx_param_spec); the host allocates,
+ *    initializes, checkpoints and optimizes them, and passes views to every call. A wrapper such
+ *    as an FSDP unit can therefore keep them sharded and gather them just for the call.
+ *  - Groups and streams through the host (plx_host_api): a layer asks for "tp" or "ep" by name. */
+#ifndef PLEXUS_LAYER_H
+#define PLEXUS_LAYER_H
+
+#include "plexus/abi.h"
+#include "plexus/host.h"
+#include "plexus/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PLX_STAGE_COMPUTE 0
+#define PLX_STAGE_COMM 1
+
+typedef struct plx_stage_info {
+  uint32_t struct_size;
+  uint32_t kind;    /* PLX_STAGE_COMPUTE or PLX_STAGE_COMM */
+  const char* name; /* e.g. "attention", "dispatch" */
+} plx_stage_info;
+
+/* Parameter flags. */
+#define PLX_PARAM_NO_WEIGHT_DECAY (1u << 0) /* norms, biases, gates */
+/* The layer reduces this gradient itself (tensor- or expert-parallel); the engine must not
+ * reduce it again over data parallelism. */
+#define PLX_PARAM_GRAD_REDUCED (1u << 1)
+/* A sharding wrapper must keep this parameter whole on every rank. */
+#define PLX_PARAM_REPLICATED (1u << 2)
+
+/* How the host initializes a parameter, with its counter-based RNG keyed by the run's seed and
+ * the parameter's full name (so initialization does not depend on device or load order). */
+#define PLX_INIT_ZEROS 0
+#define PLX_INIT_ONES 1
+#define PLX_INIT_CONSTANT 2       /* init_a */
+#define PLX_INIT_NORMAL 3         /* mean 0, std init_a */
+#define PLX_INIT_UNIFORM 4        /* in [init_a, init_b) */
+#define PLX_INIT_XAVIER_UNIFORM 5 /* fans from the last two dims, gain init_a (1 when 0) */
+#define PLX_INIT_CUSTOM 6         /* the layer's init_param fills it */
+
+typedef struct plx_param_spec {
+  uint32_t struct_size;
+  uint32_t flags;           /* PLX_PARAM_* */
+  const char* name;         /* checkpoint name within the layer, e.g. "linear_qkv.weight" */
+  plx_tensor_desc desc;     /* shape and master dtype (fp32) */
+  uint32_t init;            /* PLX_INIT_* */
+  uint32_t reserved;
+  double init_a;
+  double init_b;
+  const char* grad_group;   /* group its gradient is averaged over; NULL means "dp" */
+} plx_param_spec;
+
+/* Layer flags (plx_layer_info.flags). */
+#define PLX_LAYER_PRODUCES_LOSS (1u << 0) /* output 0 is a scalar loss; backward seeds from it */
+#define PLX_LAYER_HAS_OUTPUT_BIAS (1u << 1) /* output 1 is F's output bias, for fused bias-add */
+
+typedef struct plx_layer_info {
+  uint32_t struct_size;
+  uint32_t flags; /* PLX_LAYER_* */
+  uint32_t num_params;
+  uint32_t num_stages; /* at least 1 */
+  uint32_t num_inputs;
+  uint32_t num_outputs;
+} plx_layer_info;
+
+typedef struct plx_layer_create_args {
+  uint32_t struct_size;
+  uint32_t layer_index; /* position of this layer in the stack, 0-based */
+  uint32_t num_layers;  /* depth of the stack (for depth-scaled initialization) */
+  uint32_t reserved;
+  DLDevice device;
+  plx_config config;       /* the component's own section, validated, defaults filled */
+  plx_config model_config; /* the model section shared by all layers (hidden size, ...) */
+} plx_layer_create_args;
+
+#define PLX_FORWARD_TRAINING (1u << 0) /* keep in the state what backward will need */
+
+typedef struct plx_forward_args {
+  uint32_t struct_size;
+  uint32_t microbatch;
+  uint32_t flags; /* PLX_FORWARD_* */
+  uint32_t num_inputs;
+  const DLTensor* inputs;
+  uint32_t num_outputs;
+  uint32_t num_params;
+  DLTensor* outputs;      /* allocated by the host from output_desc; written by the layer */
+  const DLTensor* params; /* parameter values in plx_param_spec order (whole, even if sharded) */
+  plx_stream compute_stream;
+  plx_stream comm_stream;
+  uint64_t seed; /* RNG key for this (step, microbatch, layer), e.g. for dropout */
+} plx_forward_args;
+
+#define PLX_BACKWARD_SKIP_WEIGHT_GRADS (1u << 0) /* weights later, in backward_weights */
+
+typedef struct plx_backward_args {
+  uint32_t struct_size;
+  uint32_t microbatch;
+  uint32_t flags; /* PLX_BACKWARD_* */
+  uint32_t num_outputs;
+  const DLTensor* grad_outputs;
+  uint32_t num_inputs;
+  uint32_t num_params;
+  /* Written, not accumulated. An entry whose data is NULL needs no gradient (e.g. token ids). */
+  DLTensor* grad_inputs;
+  const DLTensor* params;
+  /* Accumulated into (+=), so gradients of microbatches add up; the host zeroes them. */
+  DLTensor* param_grads;
+  plx_stream compute_stream;
+  plx_stream comm_stream;
+} plx_backward_args;
+
+/* The function table. `layer` and `state` are the plugin's own objects. Out structs are sized by
+ * the caller (struct_size set before the call). Functions marked optional may be NULL. */
+typedef struct plx_layer_v1 {
+  uint32_t struct_size;
+  uint32_t reserved;
+  plx_status (*create)(const plx_layer_create_args* args, void** out_layer);
+  void (*destroy)(void* layer);
+  plx_status (*get_info)(void* layer, plx_layer_info* out);
+  plx_status (*get_param)(void* layer, uint32_t index, plx_param_spec* out);
+  plx_status (*get_stage)(void* layer, uint32_t index, plx_stage_info* out);
+  /* The outputs' shapes and dtypes for given inputs; `outputs` has num_outputs entries. */
+  plx_status (*output_desc)(void* layer, uint32_t num_inputs, const plx_tensor_desc* inputs,
+                            uint32_t num_outputs, plx_tensor_desc* outputs);
+  /* Optional: fills a PLX_INIT_CUSTOM parameter. */
+  plx_status (*init_param)(void* layer, uint32_t index, DLTensor* value, uint64_t seed);
+  plx_status (*state_create)(void* layer, uint32_t microbatch, void** out_state);
+  void (*state_destroy)(void* layer, void* state);
+  plx_status (*forward)(void* layer, void* state, uint32_t stage, const plx_forward_args* args);
+  plx_status (*backward)(void* layer, void* state, uint32_t stage, const plx_backward_args* args);
+  /* Optional: weight gradients split from input gradients (called after every backward stage
+   * ran with PLX_BACKWARD_SKIP_WEIGHT_GRADS), so a scheduler can delay them to fill gaps. */
+  plx_status (*backward_weights)(void* layer, void* state, const plx_backward_args* args);
+} plx_layer_v1;
+
+PLX_PIN_SIZE(plx_stage_info, 16);
+PLX_PIN_OFFSET(plx_param_spec, desc, 16);
+PLX_PIN_OFFSET(plx_param_spec, init, 88);
+PLX_PIN_OFFSET(plx_param_spec, grad_group, 112);
+PLX_PIN_SIZE(plx_param_spec, 120);
+PLX_PIN_SIZE(plx_layer_info, 24);
+PLX_PIN_OFFSET(plx_layer_create_args, device, 16);
+PLX_PIN_SIZE(plx_layer_create_args, 40);
+PLX_PIN_OFFSET(plx_forward_args, outputs, 32);
+PLX_PIN_SIZE(plx_forward_args, 72);
+PLX_PIN_OFFSET(plx_backward_args, grad_inputs, 32);
+PLX_PIN_SIZE(plx_backward_args, 72);
+PLX_PIN_OFFSET(plx_layer_v1, create, 8);
+PLX_PIN_OFFSET(plx_layer_v1, backward_weights, 96);
+PLX_PIN_SIZE(plx_layer_v1, 104);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PLEXUS_LAYER_H */

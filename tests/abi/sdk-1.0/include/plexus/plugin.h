@@ -1,0 +1,74 @@
+/* Plexus SDK: the plugin entry point and the descriptor a plugin returns.
+ *
+ * A plugin library exports exactly one symbol, PLX_ENTRY_SYMBOL. The host loads the library
+ * (RTLD_LOCAL), calls the entry with its services table, and receives a descriptor listing the
+ * plugin's components. Only the first two fields of plx_host_api and plx_plugin_descriptor
+ * (struct_size, abi_version) are frozen across ABI majors; everything else is read only once
+ * both sides agree on the major version. The entry must be cheap and free of side effects
+ * (`plexus plugins list` calls it); work that can fail belongs in `init`. */
+#ifndef PLEXUS_PLUGIN_H
+#define PLEXUS_PLUGIN_H
+
+#include "plexus/abi.h"
+#include "plexus/host.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Component kinds. A kind's number never changes; new kinds are added in minor versions. */
+#define PLX_KIND_LAYER 1          /* plx_layer_v1 (plexus/layer.h) */
+#define PLX_KIND_FUSION_BACKEND 2 /* plx_fusion_backend_v1 (plexus/fusion.h) */
+#define PLX_KIND_SCHEDULER 3      /* plx_scheduler_v1 (plexus/scheduler.h) */
+#define PLX_KIND_TOPOLOGY 4       /* plx_topology_v1 (plexus/topology.h) */
+#define PLX_KIND_COMM 5           /* plx_comm_v1 (plexus/comm.h) */
+#define PLX_KIND_LAST PLX_KIND_COMM
+
+typedef struct plx_component_desc {
+  uint32_t struct_size;
+  uint32_t kind;             /* PLX_KIND_* */
+  const char* name;          /* unique per kind over all loaded plugins, e.g. "transformer.mlp" */
+  const char* description;   /* one line, shown by `plexus plugins list` */
+  const char* config_schema; /* JSON schema of the component's config section, or NULL (docs/config.md) */
+  const void* table;         /* the kind's function table; it starts with uint32_t struct_size */
+} plx_component_desc;
+
+typedef struct plx_plugin_descriptor {
+  uint32_t struct_size;
+  uint32_t abi_version;    /* PLX_ABI_VERSION of the SDK the plugin was compiled against */
+  uint32_t min_host_minor; /* the lowest host minor (same major) whose features it needs */
+  uint32_t component_count;
+  const char* name;        /* the plugin's name, e.g. "transformer" */
+  const char* version;     /* the plugin's own version, e.g. "1.2.0" */
+  const char* description;
+  /* An array of pointers (not of structs), so plx_component_desc may grow. */
+  const plx_component_desc* const* components;
+  /* Optional: called once after the host accepted the descriptor. A non-OK status (with a
+   * message through set_error) refuses the plugin and the host unloads it. */
+  plx_status (*init)(const plx_host_api* host);
+  /* Optional: called once before the library is unloaded. */
+  void (*shutdown)(void);
+} plx_plugin_descriptor;
+
+#define PLX_ENTRY_SYMBOL "plexus_plugin_entry_v1"
+typedef plx_status (*plx_entry_fn)(const plx_host_api* host, const plx_plugin_descriptor** out);
+
+/* Declares the entry point with the right linkage and visibility:
+ *   PLX_PLUGIN_ENTRY(host, out) { ... *out = &my_descriptor; return PLX_OK; } */
+#define PLX_PLUGIN_ENTRY(host_param, out_param)                            \
+  PLX_EXTERN_C PLX_EXPORT plx_status plexus_plugin_entry_v1(               \
+      const plx_host_api* host_param, const plx_plugin_descriptor** out_param) PLX_NOEXCEPT
+
+PLX_PIN_OFFSET(plx_component_desc, name, 8);
+PLX_PIN_OFFSET(plx_component_desc, table, 32);
+PLX_PIN_SIZE(plx_component_desc, 40);
+PLX_PIN_OFFSET(plx_plugin_descriptor, abi_version, 4);
+PLX_PIN_OFFSET(plx_plugin_descriptor, name, 16);
+PLX_PIN_OFFSET(plx_plugin_descriptor, components, 40);
+PLX_PIN_OFFSET(plx_plugin_descriptor, shutdown, 56);
+PLX_PIN_SIZE(plx_plugin_descriptor, 64);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PLEXUS_PLUGIN_H */
