@@ -28,8 +28,18 @@ BOOST_AUTO_TEST_CASE(plugin_built_with_sdk_1_0_loads_and_runs) {
 
   const plexus::Component& layer = host.get(PLX_KIND_LAYER, "fixture.older_scale");
   BOOST_TEST(layer.plugin == &record);
-  BOOST_TEST(layer.table_size <= sizeof(plx_layer_v1));  // 1.0's table, never larger than today's
+  BOOST_TEST(layer.table_size == PLX_FIELD_END(plx_layer_v1, backward_weights));  // exactly 1.0's table
   expect_scale_works(layer);
+
+  // estimate_flops arrived in 1.1: for this plugin the host's zero-extended table has none, so
+  // the estimate is "unknown" rather than a call through garbage.
+  abi_test::LayerConfigs configs;
+  const plexus::LayerInstance instance(layer, configs.create_args());
+  plx_tensor_desc input{};
+  input.ndim = 1;
+  input.dtype = plx_dtype_f32();
+  input.dims[0] = 8;
+  BOOST_TEST(!instance.estimate_flops({input}).has_value());
 }
 
 BOOST_AUTO_TEST_CASE(plugin_from_a_newer_minor_needing_nothing_newer_loads_and_runs) {

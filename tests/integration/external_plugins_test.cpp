@@ -359,6 +359,22 @@ BOOST_AUTO_TEST_CASE(forward_and_backward) {
   check_close(dalpha.values, {0.25 + 2.0 * sum}, "dalpha after two backwards");
 }
 
+// ABI 1.1: the C++ helpers route estimate_flops to the layer's override.
+BOOST_AUTO_TEST_CASE(flop_estimate) {
+  plexus::PluginHost host;
+  host.load(cpp_plugin());
+  LayerUnderTest t(host.get(PLX_KIND_LAYER, "example.scaled_tanh"), "{}");
+  plx_tensor_desc input{};
+  input.ndim = 2;
+  input.dtype = plx_dtype_f32();
+  input.dims[0] = 4;
+  input.dims[1] = 5;
+  const auto flops = t.layer->estimate_flops({input});
+  BOOST_TEST_REQUIRE(flops.has_value());
+  BOOST_TEST(flops->forward == 3.0 * 20);
+  BOOST_TEST(flops->backward == 6.0 * 20);
+}
+
 BOOST_AUTO_TEST_CASE(config_defaults_and_schema) {
   plexus::PluginHost host;
   host.load(cpp_plugin());

@@ -130,4 +130,18 @@ BOOST_AUTO_TEST_CASE(cpu_streams_and_events) {
   api->stream_destroy(api->ctx, stream);
 }
 
+BOOST_AUTO_TEST_CASE(metrics_reach_the_sink_named_by_plugin) {
+  BOOST_TEST_REQUIRE(PLX_HAS_FIELD(api, plx_host_api, report_metric));
+  api->report_metric(api->ctx, "dropped_without_sink", 1.0);  // logged at debug, no crash
+  std::string seen;
+  double value = 0;
+  services.set_metric_sink([&](const std::string& plugin, const std::string& name, double v) {
+    seen = plugin + "/" + name;
+    value = v;
+  });
+  api->report_metric(api->ctx, "load_imbalance", 1.5);
+  BOOST_TEST(seen == "test_plugin/load_imbalance");
+  BOOST_TEST(value == 1.5);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

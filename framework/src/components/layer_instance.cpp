@@ -46,6 +46,20 @@ std::vector<plx_tensor_desc> LayerInstance::output_desc(const std::vector<plx_te
   return outputs;
 }
 
+std::optional<LayerInstance::Flops> LayerInstance::estimate_flops(const std::vector<plx_tensor_desc>& inputs) const {
+  // The host's table copy is zero-extended: a plugin built before 1.1 reads as NULL here.
+  if (table_->estimate_flops == nullptr) return std::nullopt;
+  Flops flops;
+  const plx_status status = table_->estimate_flops(layer_, static_cast<uint32_t>(inputs.size()), inputs.data(),
+                                                   &flops.forward, &flops.backward);
+  if (status == PLX_ERR_UNSUPPORTED) {
+    HostServices::clear_last_error();
+    return std::nullopt;
+  }
+  check_call(*component_, "estimate_flops", status);
+  return flops;
+}
+
 LayerInstance::State::~State() { owner_->table_->state_destroy(owner_->layer_, state_); }
 
 std::unique_ptr<LayerInstance::State> LayerInstance::create_state(uint32_t microbatch) const {

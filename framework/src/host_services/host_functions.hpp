@@ -1,15 +1,24 @@
 // The C functions behind plx_host_api, grouped by concern in host_*.cpp files.
 #pragma once
 
+#include <functional>
+#include <mutex>
 #include <string>
 
 #include "plexus/host.h"
 
 namespace plexus::detail {
 
+// The metric sink shared by every plugin's table.
+struct MetricsChannel {
+  std::mutex mutex;
+  std::function<void(const std::string&, const std::string&, double)> sink;
+};
+
 // Identifies the plugin behind a call: plx_host_api.ctx points to one of these.
 struct PluginContext {
   std::string plugin_name;
+  MetricsChannel* metrics = nullptr;
   plx_host_api api{};
 };
 
@@ -18,5 +27,6 @@ void fill_config_functions(plx_host_api& api);
 void fill_memory_functions(plx_host_api& api);
 void fill_stream_functions(plx_host_api& api);
 void fill_comm_functions(plx_host_api& api);
+void fill_metric_functions(plx_host_api& api);
 
 }  // namespace plexus::detail

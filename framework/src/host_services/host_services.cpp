@@ -10,6 +10,7 @@ namespace plexus {
 
 struct HostServices::Impl {
   std::mutex mutex;
+  detail::MetricsChannel metrics;
   std::deque<std::unique_ptr<detail::PluginContext>> contexts;  // stable addresses
 };
 
@@ -19,6 +20,7 @@ HostServices::~HostServices() = default;
 const plx_host_api* HostServices::table_for(const std::string& plugin_name) {
   auto context = std::make_unique<detail::PluginContext>();
   context->plugin_name = plugin_name;
+  context->metrics = &impl_->metrics;
   plx_host_api& api = context->api;
   api.struct_size = sizeof(plx_host_api);
   api.abi_version = PLX_ABI_VERSION;
@@ -28,9 +30,15 @@ const plx_host_api* HostServices::table_for(const std::string& plugin_name) {
   detail::fill_memory_functions(api);
   detail::fill_stream_functions(api);
   detail::fill_comm_functions(api);
+  detail::fill_metric_functions(api);
   const std::lock_guard lock(impl_->mutex);
   impl_->contexts.push_back(std::move(context));
   return &impl_->contexts.back()->api;
+}
+
+void HostServices::set_metric_sink(MetricSink sink) {
+  const std::lock_guard lock(impl_->metrics.mutex);
+  impl_->metrics.sink = std::move(sink);
 }
 
 void HostServices::rename(const plx_host_api* table, const std::string& plugin_name) {

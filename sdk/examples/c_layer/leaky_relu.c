@@ -231,20 +231,19 @@ static plx_status lr_backward(void* layer_ptr, void* state_ptr, uint32_t stage, 
 }
 
 static const plx_layer_v1 kLeakyReluTable = {
-    (uint32_t)sizeof(plx_layer_v1),
-    0,
-    lr_create,
-    lr_destroy,
-    lr_get_info,
-    lr_get_param,
-    lr_get_stage,
-    lr_output_desc,
-    NULL, /* init_param: no parameters */
-    lr_state_create,
-    lr_state_destroy,
-    lr_forward,
-    lr_backward,
-    NULL, /* backward_weights: no weights */
+    .struct_size = (uint32_t)sizeof(plx_layer_v1),
+    .create = lr_create,
+    .destroy = lr_destroy,
+    .get_info = lr_get_info,
+    .get_param = lr_get_param,
+    .get_stage = lr_get_stage,
+    .output_desc = lr_output_desc,
+    /* init_param: none, no parameters */
+    .state_create = lr_state_create,
+    .state_destroy = lr_state_destroy,
+    .forward = lr_forward,
+    .backward = lr_backward,
+    /* backward_weights: none, no weights */
 };
 
 /* Validated by the host: a missing negative_slope gets the default, a negative one is refused

@@ -174,6 +174,18 @@ class ScaledTanh : public plexus::sdk::Layer {
     }
   }
 
+  // ABI 1.1 (optional): lets the trainer report FLOP utilization. Counting a tanh as one
+  // operation: forward beta*x, tanh, alpha*t = 3 per element; backward t*t, 1-, *scale, *dy for
+  // dx and dy*t, + for dalpha = 6 per element.
+  void estimate_flops(uint32_t num_inputs, const plx_tensor_desc* inputs, double& forward,
+                      double& backward) const override {
+    expect_counts("estimate_flops", num_inputs, 1);
+    double n = 1;
+    for (uint32_t d = 0; d < inputs[0].ndim; ++d) n *= static_cast<double>(inputs[0].dims[d]);
+    forward = 3 * n;
+    backward = 6 * n;
+  }
+
  private:
   static void expect_stage(uint32_t stage) {
     if (stage != 0) throw Error(PLX_ERR_INVALID_ARGUMENT, "no stage " + std::to_string(stage));

@@ -105,6 +105,11 @@ typedef struct plx_host_api {
   plx_status (*barrier)(void* ctx, plx_group group);
   plx_status (*request_wait)(void* ctx, plx_request request); /* completes and releases it */
   plx_status (*request_test)(void* ctx, plx_request request, int32_t* done);
+
+  /* ---- ABI 1.1 ---- */
+  /* Adds a value to the run's metrics stream (JSON lines) under "<plugin>/<name>" for the
+   * current step, e.g. an MoE layer's load imbalance. Cheap; callable from any thread. */
+  void (*report_metric)(void* ctx, const char* name, double value);
 } plx_host_api;
 
 /* Pins of ABI 1.0. A new field goes after the last pinned one; existing pins never change. */
@@ -117,7 +122,9 @@ PLX_PIN_OFFSET(plx_host_api, stream_create, 112);
 PLX_PIN_OFFSET(plx_host_api, event_synchronize, 176);
 PLX_PIN_OFFSET(plx_host_api, group_get, 184);
 PLX_PIN_OFFSET(plx_host_api, request_test, 272);
-PLX_PIN_SIZE(plx_host_api, 280);
+/* ABI 1.1 */
+PLX_PIN_OFFSET(plx_host_api, report_metric, 280);
+PLX_PIN_SIZE(plx_host_api, 288);
 
 #ifdef __cplusplus
 }

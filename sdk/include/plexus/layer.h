@@ -145,6 +145,12 @@ typedef struct plx_layer_v1 {
   /* Optional: weight gradients split from input gradients (called after every backward stage
    * ran with PLX_BACKWARD_SKIP_WEIGHT_GRADS), so a scheduler can delay them to fill gaps. */
   plx_status (*backward_weights)(void* layer, void* state, const plx_backward_args* args);
+
+  /* ---- ABI 1.1 ---- */
+  /* Optional: floating-point operations of one forward and one backward for these inputs, so
+   * the trainer can report model FLOP utilization. PLX_ERR_UNSUPPORTED when unknown. */
+  plx_status (*estimate_flops)(void* layer, uint32_t num_inputs, const plx_tensor_desc* inputs,
+                               double* out_forward_flops, double* out_backward_flops);
 } plx_layer_v1;
 
 PLX_PIN_SIZE(plx_stage_info, 16);
@@ -161,7 +167,9 @@ PLX_PIN_OFFSET(plx_backward_args, grad_inputs, 32);
 PLX_PIN_SIZE(plx_backward_args, 72);
 PLX_PIN_OFFSET(plx_layer_v1, create, 8);
 PLX_PIN_OFFSET(plx_layer_v1, backward_weights, 96);
-PLX_PIN_SIZE(plx_layer_v1, 104);
+/* ABI 1.1 */
+PLX_PIN_OFFSET(plx_layer_v1, estimate_flops, 104);
+PLX_PIN_SIZE(plx_layer_v1, 112);
 
 #ifdef __cplusplus
 }

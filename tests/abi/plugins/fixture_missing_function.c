@@ -5,20 +5,17 @@
 #include "scale_layer.h"
 
 static const plx_layer_v1 incomplete_table = {
-    sizeof(plx_layer_v1),
-    0,
-    fixture_scale_create,
-    fixture_scale_destroy,
-    fixture_scale_get_info,
-    fixture_scale_get_param,
-    fixture_scale_get_stage,
-    fixture_scale_output_desc,
-    NULL,
-    fixture_scale_state_create,
-    fixture_scale_state_destroy,
-    NULL, /* forward: required, missing */
-    fixture_scale_backward,
-    NULL,
+    .struct_size = sizeof(plx_layer_v1),
+    .create = fixture_scale_create,
+    .destroy = fixture_scale_destroy,
+    .get_info = fixture_scale_get_info,
+    .get_param = fixture_scale_get_param,
+    .get_stage = fixture_scale_get_stage,
+    .output_desc = fixture_scale_output_desc,
+    .state_create = fixture_scale_state_create,
+    .state_destroy = fixture_scale_state_destroy,
+    /* forward: required, deliberately missing */
+    .backward = fixture_scale_backward,
 };
 
 static const plx_component_desc incomplete_component = {

@@ -45,23 +45,22 @@ static plx_status next_get_info(void* layer, plx_layer_info* out) {
 }
 
 static const next_layer_table layer_table = {
-    {
-        sizeof(next_layer_table),
-        0,
-        fixture_scale_create,
-        fixture_scale_destroy,
-        next_get_info,
-        fixture_scale_get_param,
-        fixture_scale_get_stage,
-        fixture_scale_output_desc,
-        NULL,
-        fixture_scale_state_create,
-        fixture_scale_state_destroy,
-        fixture_scale_forward,
-        fixture_scale_backward,
-        NULL,
-    },
-    NULL, /* optional: a 1.(MINOR+1) host would check for NULL; this host never sees it */
+    .base =
+        {
+            .struct_size = sizeof(next_layer_table),
+            .create = fixture_scale_create,
+            .destroy = fixture_scale_destroy,
+            .get_info = next_get_info,
+            .get_param = fixture_scale_get_param,
+            .get_stage = fixture_scale_get_stage,
+            .output_desc = fixture_scale_output_desc,
+            .state_create = fixture_scale_state_create,
+            .state_destroy = fixture_scale_state_destroy,
+            .forward = fixture_scale_forward,
+            .backward = fixture_scale_backward,
+        },
+    /* fuse_with_next: optional; a 1.(MINOR+1) host would check for NULL; this host never sees it */
+    .fuse_with_next = NULL,
 };
 
 static const next_component_desc scale_component = {

@@ -193,18 +193,17 @@ plx_status fixture_scale_backward(void* layer, void* state_ptr, uint32_t stage, 
 }
 
 const plx_layer_v1 fixture_scale_layer = {
-    sizeof(plx_layer_v1),
-    0,
-    fixture_scale_create,
-    fixture_scale_destroy,
-    fixture_scale_get_info,
-    fixture_scale_get_param,
-    fixture_scale_get_stage,
-    fixture_scale_output_desc,
-    NULL, /* init_param: the weight uses PLX_INIT_ONES */
-    fixture_scale_state_create,
-    fixture_scale_state_destroy,
-    fixture_scale_forward,
-    fixture_scale_backward,
-    NULL, /* backward_weights: weight gradients are not split off */
+    .struct_size = sizeof(plx_layer_v1),
+    .create = fixture_scale_create,
+    .destroy = fixture_scale_destroy,
+    .get_info = fixture_scale_get_info,
+    .get_param = fixture_scale_get_param,
+    .get_stage = fixture_scale_get_stage,
+    .output_desc = fixture_scale_output_desc,
+    /* init_param: none, the weight uses PLX_INIT_ONES */
+    .state_create = fixture_scale_state_create,
+    .state_destroy = fixture_scale_state_destroy,
+    .forward = fixture_scale_forward,
+    .backward = fixture_scale_backward,
+    /* backward_weights: none, weight gradients are not split off */
 };

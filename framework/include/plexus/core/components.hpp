@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,13 @@ class LayerInstance {
   plx_param_spec param(uint32_t index) const;
   plx_stage_info stage(uint32_t index) const;
   std::vector<plx_tensor_desc> output_desc(const std::vector<plx_tensor_desc>& inputs) const;
+
+  struct Flops {
+    double forward = 0;
+    double backward = 0;
+  };
+  // Empty when the layer cannot tell (its plugin predates ABI 1.1, or it says unsupported).
+  std::optional<Flops> estimate_flops(const std::vector<plx_tensor_desc>& inputs) const;
 
   // Per-microbatch state, destroyed through the plugin.
   class State {

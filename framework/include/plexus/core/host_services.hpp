@@ -2,6 +2,7 @@
 // last error a plugin reported through it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,11 @@ class HostServices {
   // A host table for one plugin: log lines and errors are attributed to `plugin_name`.
   // The table stays valid as long as this HostServices.
   const plx_host_api* table_for(const std::string& plugin_name);
+
+  // Where plx_host_api.report_metric values go: (plugin, name, value). Until a sink is set
+  // (the trainer sets one that writes its metrics stream), values are logged at debug level.
+  using MetricSink = std::function<void(const std::string& plugin, const std::string& name, double value)>;
+  void set_metric_sink(MetricSink sink);
 
   // Renames the plugin a table speaks for (known only once its descriptor was read).
   void rename(const plx_host_api* table, const std::string& plugin_name);

@@ -30,6 +30,12 @@ class Host {
   void warn(const std::string& message) const { log(PLX_LOG_WARN, message); }
   bool logs(int32_t level) const { return level >= api_->log_level(api_->ctx); }
 
+  // ABI 1.1. On a 1.0 host the value is dropped: metrics are never worth refusing to load.
+  void report_metric(const char* name, double value) const {
+    if (PLX_HAS_FIELD(api_, plx_host_api, report_metric) && api_->report_metric != nullptr)
+      api_->report_metric(api_->ctx, name, value);
+  }
+
   void* alloc(DLDevice device, uint64_t bytes, uint64_t alignment = 0) const {
     void* ptr = nullptr;
     check_host(api_->alloc(api_->ctx, device, bytes, alignment, &ptr));

@@ -48,6 +48,12 @@ class Layer {
   }
   virtual void forward(LayerState& state, uint32_t stage, const plx_forward_args& args) = 0;
   virtual void backward(LayerState& state, uint32_t stage, const plx_backward_args& args) = 0;
+  // ABI 1.1: FLOPs of one forward and one backward, for utilization reports. Layers that do not
+  // override it report "unknown" (PLX_ERR_UNSUPPORTED), which the host treats as such.
+  virtual void estimate_flops(uint32_t /*num_inputs*/, const plx_tensor_desc* /*inputs*/,
+                              double& /*forward*/, double& /*backward*/) const {
+    throw Error(PLX_ERR_UNSUPPORTED, "no FLOP estimate");
+  }
 };
 
 namespace detail {
@@ -89,9 +95,22 @@ struct LayerTrampolines {
   static plx_status backward(void* layer, void* state, uint32_t stage, const plx_backward_args* args) noexcept {
     return guard("backward", [&] { self(layer).backward(*static_cast<LayerState*>(state), stage, *args); });
   }
+  static plx_status estimate_flops(void* layer, uint32_t ni, const plx_tensor_desc* in, double* fwd,
+                                   double* bwd) noexcept {
+    try {
+      self(layer).estimate_flops(ni, in, *fwd, *bwd);
+      return PLX_OK;
+    } catch (const Error& e) {
+      // "Unknown" is an answer, not a failure: no message for the host to show.
+      if (e.status() == PLX_ERR_UNSUPPORTED) return PLX_ERR_UNSUPPORTED;
+      return guard("estimate_flops", [&] { throw; });
+    } catch (...) {
+      return guard("estimate_flops", [&] { throw; });
+    }
+  }
   static inline const plx_layer_v1 table = {
       sizeof(plx_layer_v1), 0, &create, &destroy, &get_info, &get_param, &get_stage, &output_desc,
-      &init_param, &state_create, &state_destroy, &forward, &backward, nullptr};
+      &init_param, &state_create, &state_destroy, &forward, &backward, nullptr, &estimate_flops};
 };
 }  // namespace detail
 
