@@ -81,6 +81,21 @@ struct HostTensor {
   }
 };
 
+// Forward arguments for a one-input, one-output layer; params may be null (num_params 0).
+inline plx_forward_args forward_args(const DLTensor* input, DLTensor* output, const DLTensor* params,
+                                     uint32_t flags = PLX_FORWARD_TRAINING) {
+  plx_forward_args args{};
+  args.struct_size = sizeof(args);
+  args.flags = flags;
+  args.num_inputs = 1;
+  args.inputs = input;
+  args.num_outputs = 1;
+  args.outputs = output;
+  args.num_params = params != nullptr ? 1 : 0;
+  args.params = params;
+  return args;
+}
+
 // Config nodes for creating a layer: an empty component section and an empty model section.
 struct LayerConfigs {
   plexus::ConfigHandle config{boost::json::object{}, "model.layers[0]"};
@@ -110,16 +125,7 @@ inline void expect_scale_works(const plexus::Component& component) {
     HostTensor w({1.5f});
     HostTensor y({0.0f, 0.0f, 0.0f, 0.0f});
     DLTensor xv = x.view(), wv = w.view(), yv = y.view();
-    plx_forward_args fwd{};
-    fwd.struct_size = sizeof(fwd);
-    fwd.microbatch = 0;
-    fwd.flags = PLX_FORWARD_TRAINING;
-    fwd.num_inputs = 1;
-    fwd.inputs = &xv;
-    fwd.num_outputs = 1;
-    fwd.outputs = &yv;
-    fwd.num_params = 1;
-    fwd.params = &wv;
+    const plx_forward_args fwd = forward_args(&xv, &yv, &wv);
     layer.forward(*state, 0, fwd);
     const std::vector<float> expected_y{1.5f, -3.0f, 0.75f, 6.0f};
     BOOST_TEST(y.values == expected_y, boost::test_tools::per_element());

@@ -83,14 +83,7 @@ BOOST_AUTO_TEST_CASE(errors_reported_through_set_error_reach_the_caller) {
   xv.shape = x_shape;
   HostTensor y({0.0f, 0.0f}), w({1.0f});
   DLTensor yv = y.view(), wv = w.view();
-  plx_forward_args args{};
-  args.struct_size = sizeof(args);
-  args.num_inputs = 1;
-  args.inputs = &xv;
-  args.num_outputs = 1;
-  args.outputs = &yv;
-  args.num_params = 1;
-  args.params = &wv;
+  const plx_forward_args args = abi_test::forward_args(&xv, &yv, &wv, 0);
 
   try {
     layer.forward(*state, 0, args);

@@ -121,12 +121,7 @@ BOOST_AUTO_TEST_CASE(exception_in_forward_becomes_a_component_call_error) {
 
   abi_test::HostTensor x({1.0f}), y({0.0f});
   DLTensor xv = x.view(), yv = y.view();
-  plx_forward_args args{};
-  args.struct_size = sizeof(args);
-  args.num_inputs = 1;
-  args.inputs = &xv;
-  args.num_outputs = 1;
-  args.outputs = &yv;
+  const plx_forward_args args = abi_test::forward_args(&xv, &yv, nullptr, 0);
 
   try {
     layer.forward(*state, 0, args);
