@@ -15,6 +15,8 @@ commands:
   plugins list [--plugin-path DIR]... [--json]   every plugin found, its version, ABI and components
   config check FILE|--default [--set K=V]...     validate a run config and the plugins it names
   config show FILE|--default [--set K=V]...      print a run config with every default filled in
+  data prepare --input F... --output-prefix P    text files to a Megatron indexed dataset (P.bin, P.idx)
+  data inspect PREFIX                            counts and the start of a Megatron indexed dataset
   version                                        this host's version and plugin ABI
 
 `plexus <command> --help` tells more.
@@ -31,6 +33,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "plugins") return plexus::cli::plugins_command(rest);
   if (args[0] == "config") return plexus::cli::config_command(rest);
+  if (args[0] == "data") return plexus::cli::data_command(rest);
   if (args[0] == "version" || args[0] == "--version") {
     std::cout << "plexus " << PLEXUS_VERSION_STRING << " (plugin ABI " << PLX_ABI_MAJOR << "." << PLX_ABI_MINOR << ")\n";
     return 0;

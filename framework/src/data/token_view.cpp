@@ -1,0 +1,70 @@
+// TokenView: tokens of any integer dtype, read as int64. The .bin is mapped at an arbitrary
+// page offset and Megatron does not align sequences, so every read goes through memcpy.
+#include <cstring>
+#include <string>
+
+#include "plexus/core/data/indexed_dataset.hpp"
+
+namespace plexus::data {
+namespace {
+
+template <typename T>
+int64_t load(const std::byte* data, std::size_t index) noexcept {
+  T value;
+  std::memcpy(&value, data + index * sizeof(T), sizeof(T));
+  return static_cast<int64_t>(value);
+}
+
+template <typename T>
+void convert(const std::byte* data, std::size_t count, int64_t* out) noexcept {
+  for (std::size_t i = 0; i < count; ++i) out[i] = load<T>(data, i);
+}
+
+}  // namespace
+
+int64_t TokenView::operator[](std::size_t index) const noexcept {
+  switch (dtype_) {
+    case TokenDtype::uint8: return load<uint8_t>(data_, index);
+    case TokenDtype::int8: return load<int8_t>(data_, index);
+    case TokenDtype::int16: return load<int16_t>(data_, index);
+    case TokenDtype::uint16: return load<uint16_t>(data_, index);
+    case TokenDtype::int32: return load<int32_t>(data_, index);
+    case TokenDtype::int64: return load<int64_t>(data_, index);
+    default: return 0;  // float dtypes never reach a view: IndexedDataset refuses them
+  }
+}
+
+int64_t TokenView::at(std::size_t index) const {
+  if (index >= count_)
+    throw std::out_of_range("token " + std::to_string(index) + " of a view of " + std::to_string(count_) + " tokens");
+  return (*this)[index];
+}
+
+TokenView TokenView::subview(std::size_t offset, std::size_t count) const {
+  if (offset > count_ || count > count_ - offset)
+    throw std::out_of_range("tokens [" + std::to_string(offset) + ", +" + std::to_string(count) + ") of a view of " +
+                            std::to_string(count_) + " tokens");
+  return {data_ == nullptr ? nullptr : data_ + offset * dtype_size(dtype_), count, dtype_};
+}
+
+void TokenView::copy_to(std::size_t offset, std::span<int64_t> out) const {
+  const TokenView part = subview(offset, out.size());
+  if (part.empty()) return;
+  switch (dtype_) {
+    case TokenDtype::uint8: convert<uint8_t>(part.data_, part.count_, out.data()); break;
+    case TokenDtype::int8: convert<int8_t>(part.data_, part.count_, out.data()); break;
+    case TokenDtype::int16: convert<int16_t>(part.data_, part.count_, out.data()); break;
+    case TokenDtype::uint16: convert<uint16_t>(part.data_, part.count_, out.data()); break;
+    case TokenDtype::int32: convert<int32_t>(part.data_, part.count_, out.data()); break;
+    case TokenDtype::int64: std::memcpy(out.data(), part.data_, part.count_ * sizeof(int64_t)); break;
+    default: break;
+  }
+}
+
+std::vector<int64_t> TokenView::to_vector() const {
+  std::vector<int64_t> out(count_);
+  copy_to(0, out);
+  return out;
+}
+
+}  // namespace plexus::data
