@@ -12,6 +12,8 @@ packages=(
   libopenmpi-dev openmpi-bin              # multi-process runs
   abigail-tools                           # abidiff: the ABI guard
   binutils                                # nm / readelf for the export checks
+  python3-numpy python3-torch             # reference implementations for parity tests (/usr/bin/python3)
+  fortunes                                # the default run's corpus (/usr/share/games/fortunes)
 )
 
 missing=()

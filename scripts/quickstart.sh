@@ -12,3 +12,15 @@ echo "== plexus plugins list"
 echo
 echo "== plexus config check --default"
 "$bin/plexus" config check --default
+data="${PLEXUS_BUILD_DIR:-$root/build}/data/fortunes"
+if [ ! -f "$data.idx" ]; then
+  echo
+  echo "== plexus data prepare (Debian's fortunes, /usr/share/games/fortunes)"
+  # The fortune files themselves; their .dat/.u8 siblings are indexes and links.
+  mapfile -t inputs < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' | sort)
+  "$bin/plexus" data prepare --input "${inputs[@]}" --output-prefix "$data"
+fi
+echo
+echo "== plexus-train (the embedded default: a tiny GPT)"
+cd "$root"
+"$bin/plexus-train" --set data.path="$data" --set run.output_dir="${PLEXUS_RUN_DIR:-$root/runs/default-$(date +%Y%m%d-%H%M%S)}"

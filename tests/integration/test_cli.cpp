@@ -128,10 +128,14 @@ BOOST_AUTO_TEST_CASE(unknown_command_and_option) {
   BOOST_TEST(contains(result.output, "jsn"), result.output);
 }
 
-BOOST_AUTO_TEST_CASE(trainer_skeleton_validates_then_says_it_cannot_train) {
-  const auto ok = run_process(kTrain);
-  BOOST_TEST(ok.status == 2, ok.output);
-  BOOST_TEST(contains(ok.output, "nothing was trained"), ok.output);
+BOOST_AUTO_TEST_CASE(trainer_refuses_a_run_without_data_or_with_bad_values) {
+  const auto no_data = run_process(kTrain + " --set data.path=\"\"");
+  BOOST_TEST(no_data.status == 1, no_data.output);
+  BOOST_TEST(contains(no_data.output, "data.path"), no_data.output);
+  BOOST_TEST(contains(no_data.output, "plexus data prepare"), no_data.output);
+  const auto missing = run_process(kTrain + " --set data.path=/nonexistent/corpus");
+  BOOST_TEST(missing.status == 1, missing.output);
+  BOOST_TEST(contains(missing.output, "/nonexistent/corpus"), missing.output);
   const auto bad = run_process(kTrain + " --set train.steps=-1");
   BOOST_TEST(bad.status == 1, bad.output);
   BOOST_TEST(contains(bad.output, "train.steps"), bad.output);

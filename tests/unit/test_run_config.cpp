@@ -11,10 +11,13 @@
 BOOST_AUTO_TEST_CASE(embedded_default_validates_and_names_the_scheduler) {
   const auto config = plexus::load_run_config(std::nullopt, {});
   const auto refs = plexus::component_refs(config);
-  BOOST_TEST_REQUIRE(refs.size() == 1U);
+  BOOST_TEST_REQUIRE(refs.size() == 6U);  // the scheduler and the model's five layer sections
   BOOST_TEST(refs[0].section == "scheduler");
   BOOST_TEST(refs[0].kind == static_cast<uint32_t>(PLX_KIND_SCHEDULER));
   BOOST_TEST(refs[0].name == "sequential");
+  BOOST_TEST(refs[1].section == "model.embedding");
+  BOOST_TEST(refs[1].kind == static_cast<uint32_t>(PLX_KIND_LAYER));
+  BOOST_TEST(refs[5].name == "transformer.lm_head");
   BOOST_TEST(config.at("plugins").at("allow_world_writable") == false);  // default filled
 }
 

@@ -60,6 +60,14 @@ std::optional<LayerInstance::Flops> LayerInstance::estimate_flops(const std::vec
   return flops;
 }
 
+void LayerInstance::init_param(uint32_t index, DLTensor& value, uint64_t seed) const {
+  if (table_->init_param == nullptr)
+    throw ComponentCallError(PLX_ERR_UNSUPPORTED, component_->name + ": parameter " + std::to_string(index) +
+                                                      " asks for a custom initializer (PLX_INIT_CUSTOM) but the "
+                                                      "layer has no init_param");
+  check_call(*component_, "init_param", table_->init_param(layer_, index, &value, seed));
+}
+
 LayerInstance::State::~State() { owner_->table_->state_destroy(owner_->layer_, state_); }
 
 std::unique_ptr<LayerInstance::State> LayerInstance::create_state(uint32_t microbatch) const {

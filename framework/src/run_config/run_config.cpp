@@ -19,7 +19,12 @@ struct ComponentSection {
   const char* path;
   uint32_t kind;
 };
-constexpr std::array<ComponentSection, 1> kComponentSections = {{{"scheduler", PLX_KIND_SCHEDULER}}};
+constexpr std::array<ComponentSection, 6> kComponentSections = {{{"scheduler", PLX_KIND_SCHEDULER},
+                                                                   {"model.embedding", PLX_KIND_LAYER},
+                                                                   {"model.attention", PLX_KIND_LAYER},
+                                                                   {"model.mlp", PLX_KIND_LAYER},
+                                                                   {"model.final_norm", PLX_KIND_LAYER},
+                                                                   {"model.head", PLX_KIND_LAYER}}};
 }  // namespace
 
 std::string_view default_config_text() { return detail::kDefaultConfigText; }
@@ -75,7 +80,8 @@ void check_components(const PluginHost& host, boost::json::value& run_config) {
         throw config::ConfigError(ref.section + ".component", e.what());
       }
     }
-    boost::json::object& section = run_config.as_object().at(ref.section).as_object();
+    // The section exists: component_refs found it. find() walks dotted paths.
+    auto& section = const_cast<boost::json::value*>(config::find(run_config, ref.section))->as_object();
     boost::json::value& options = section["options"];
     if (options.is_null()) options = boost::json::object();
     const std::string options_path = ref.section + ".options";

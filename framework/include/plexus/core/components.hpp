@@ -31,6 +31,8 @@ class LayerInstance {
   plx_param_spec param(uint32_t index) const;
   plx_stage_info stage(uint32_t index) const;
   std::vector<plx_tensor_desc> output_desc(const std::vector<plx_tensor_desc>& inputs) const;
+  // Fills a PLX_INIT_CUSTOM parameter; an error when the layer has no initializer.
+  void init_param(uint32_t index, DLTensor& value, uint64_t seed) const;
 
   struct Flops {
     double forward = 0;

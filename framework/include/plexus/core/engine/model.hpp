@@ -1,0 +1,97 @@
+// A GPT-style model assembled from layer components:
+//   embedding -> num_layers x (attention, MLP), each wrapped in a residual connection ->
+//   final norm -> LM head with cross-entropy loss.
+// The residual connection belongs to the engine, not to the layers (architecture.md), which is
+// what lets a different connection (mHC) wrap the same layers later.
+//
+// Each component is one "unit". A scheduler drives (microbatch, unit, stage) calls through a
+// plx_schedule_env the model provides; the model checks the order it is driven in.
+#pragma once
+
+#include <boost/json/value.hpp>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plexus/core/components.hpp"
+#include "plexus/core/engine/parameters.hpp"
+#include "plexus/core/engine/tensor.hpp"
+#include "plexus/core/plugin_host.hpp"
+
+namespace plexus {
+
+// The model section of a run config with derived values filled in (0 = "derive").
+struct ModelSettings {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_query_groups = 0;
+  int64_t ffn_hidden_size = 0;
+  int64_t seq_length = 0;
+  bool tied = true;
+  boost::json::object layer_config;  // what layers read through plx_layer_create_args.model_config
+
+  static ModelSettings from_run_config(const boost::json::value& run_config);
+};
+
+// One microbatch of token ids and next-token targets, int32 [batch, seq].
+struct Batch {
+  Tensor tokens;
+  Tensor targets;
+};
+
+// Thrown when a loss, an activation or a gradient is not finite; names the first unit.
+class NonFiniteError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Model {
+ public:
+  Model(const PluginHost& host, const boost::json::value& run_config);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelSettings& settings() const noexcept { return settings_; }
+  ParameterStore& parameters() noexcept { return params_; }
+  const ParameterStore& parameters() const noexcept { return params_; }
+  void initialize(uint64_t seed);
+
+  // Forward and backward of every microbatch in the order the scheduler chooses; gradients
+  // accumulate (the caller zeroes them). Returns the mean loss over the microbatches.
+  double forward_backward(const SchedulerInstance& scheduler, const std::vector<Batch>& microbatches);
+  // Forward only; returns the loss.
+  double evaluate(const Batch& batch);
+  // Forward only; returns the logits [vocab] of position `position` of sequence 0.
+  std::vector<float> next_token_logits(const Batch& batch, int64_t position);
+
+  // Checks every gradient; throws NonFiniteError naming the first unit (in forward order) with
+  // a non-finite gradient, and the parameter.
+  void check_gradients_finite() const;
+  // Model FLOPs of one training step's forward+backward per token, when every layer can tell.
+  std::optional<double> flops_per_token() const;
+
+  struct Unit;
+  struct Run;
+
+ private:
+  void build_unit(const PluginHost& host, const boost::json::value& run_config, const std::string& section,
+                  const std::string& prefix, const std::string& label, uint32_t index);
+  void forward_stage(Run& run, uint32_t unit, uint32_t stage);
+  void backward_stage(Run& run, uint32_t unit, uint32_t stage);
+  std::unique_ptr<Run> start_run(const Batch& batch, bool training, uint32_t microbatch, double loss_scale);
+  void run_forward(Run& run);
+
+  ModelSettings settings_;
+  ParameterStore params_;
+  std::vector<std::unique_ptr<Unit>> units_;
+  std::unique_ptr<ConfigHandle> model_config_;
+  std::vector<std::unique_ptr<Run>> runs_;  // microbatches of the current step
+  friend struct ScheduleEnvBridge;
+};
+
+}  // namespace plexus

@@ -1,0 +1,51 @@
+// AdamW (decoupled weight decay, bias-corrected moments), global-norm gradient clipping, and
+// the learning-rate schedule: linear warmup, then cosine or linear decay to min_lr.
+#pragma once
+
+#include <boost/json/value.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plexus/core/engine/parameters.hpp"
+#include "plexus/core/engine/tensor.hpp"
+
+namespace plexus {
+
+struct OptimizerSettings {
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  std::string decay_style = "cosine";
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 1;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double clip_grad = 1.0;
+  static OptimizerSettings from_run_config(const boost::json::value& run_config);
+};
+
+// The learning rate of step `step` (0-based): warmup from lr/warmup to lr over warmup_steps,
+// then decay from lr to min_lr over the remaining steps.
+double learning_rate(const OptimizerSettings& s, int64_t step);
+
+class AdamW {
+ public:
+  AdamW(ParameterStore& params, OptimizerSettings settings);
+  // Clips, then updates every parameter from its gradient. Returns the gradient norm before
+  // clipping. `step` is 0-based; the bias correction uses step + 1.
+  double step(int64_t step);
+  double last_lr() const noexcept { return last_lr_; }
+  // Optimizer state for checkpoints: "<param>.exp_avg" / "<param>.exp_avg_sq".
+  std::vector<std::pair<std::string, Tensor*>> state_tensors();
+
+ private:
+  ParameterStore* params_;
+  OptimizerSettings settings_;
+  std::vector<Tensor> exp_avg_;
+  std::vector<Tensor> exp_avg_sq_;
+  double last_lr_ = 0;
+};
+
+}  // namespace plexus

@@ -1,0 +1,48 @@
+// Parameters are owned by the host (see docs/architecture.md): layers declare them, the store
+// allocates, initializes, names and shares them. Two declarations with the same full name are
+// one parameter (how the LM head ties its weight to the embedding), provided shape and dtype
+// agree; both layers' gradients accumulate into the one gradient buffer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plexus/core/engine/tensor.hpp"
+#include "plexus/layer.h"
+
+namespace plexus {
+
+struct Parameter {
+  std::string name;  // full checkpoint name, e.g. "decoder.layers.0.mlp.linear_fc1.weight"
+  uint32_t flags = 0;
+  uint32_t init = 0;
+  double init_a = 0;
+  double init_b = 0;
+  std::string declared_by;  // the unit that declared it first (for messages)
+  Tensor value;
+  Tensor grad;
+  bool decays() const noexcept { return (flags & PLX_PARAM_NO_WEIGHT_DECAY) == 0; }
+};
+
+class ParameterStore {
+ public:
+  // Registers a declaration; returns the index of the (possibly shared) parameter.
+  std::size_t declare(const plx_param_spec& spec, const std::string& prefix, const std::string& unit);
+  std::size_t size() const noexcept { return params_.size(); }
+  Parameter& operator[](std::size_t i) { return *params_[i]; }
+  const Parameter& operator[](std::size_t i) const { return *params_[i]; }
+  const Parameter* find(const std::string& name) const;
+  void zero_grads();
+  int64_t count_elements() const;
+
+ private:
+  std::vector<std::unique_ptr<Parameter>> params_;
+};
+
+// Fills a parameter from its init spec with the counter-based RNG keyed by (seed, name), so a
+// parameter's initial values do not depend on device, thread count or declaration order.
+void initialize_parameter(Parameter& param, uint64_t seed);
+
+}  // namespace plexus

@@ -1,0 +1,52 @@
+// A host-owned tensor: contiguous storage on one device plus its shape and dtype, and the
+// DLTensor view handed to plugins. Only the CPU is implemented; the device field is kept so
+// nothing above assumes one device kind.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <dlpack/dlpack.h>
+
+namespace plexus {
+
+std::size_t dtype_bytes(DLDataType dtype);
+std::string dtype_name(DLDataType dtype);  // "float32", "int32", ...
+std::string shape_string(const std::vector<int64_t>& shape);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(std::vector<int64_t> shape, DLDataType dtype, DLDevice device = DLDevice{kDLCPU, 0});
+
+  const std::vector<int64_t>& shape() const noexcept { return shape_; }
+  DLDataType dtype() const noexcept { return dtype_; }
+  DLDevice device() const noexcept { return device_; }
+  int64_t numel() const noexcept { return numel_; }
+  std::size_t bytes() const noexcept { return static_cast<std::size_t>(numel_) * dtype_bytes(dtype_); }
+  bool empty() const noexcept { return storage_ == nullptr; }
+
+  void* raw() const noexcept { return storage_.get(); }
+  template <class T>
+  T* data() const noexcept {
+    return static_cast<T*>(raw());
+  }
+  // A view for plugins; valid while this tensor lives (the shape array is owned here).
+  DLTensor view() const;
+  void zero();
+
+ private:
+  struct Free {
+    void operator()(void* p) const noexcept;
+  };
+  std::vector<int64_t> shape_;
+  DLDataType dtype_{};
+  DLDevice device_{kDLCPU, 0};
+  int64_t numel_ = 0;
+  std::unique_ptr<void, Free> storage_;
+};
+
+}  // namespace plexus

@@ -1,0 +1,66 @@
+// The training loop of plexus-train: steps of microbatches through the scheduler, AdamW,
+// evaluation, samples, metrics (JSON lines), progress and checkpoints.
+#pragma once
+
+#include <boost/json/value.hpp>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plexus/core/components.hpp"
+#include "plexus/core/engine/model.hpp"
+#include "plexus/core/engine/optimizer.hpp"
+#include "plexus/core/plugin_host.hpp"
+
+namespace plexus {
+
+// Where batches come from. Positions make resuming exact: the batch at a position is a pure
+// function of (seed, position).
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  // Fills the microbatch at global sample position `position` (sequences [position,
+  // position + batch.tokens.shape()[0]) of the shuffled training stream).
+  virtual void train_batch(uint64_t position, Batch& batch) = 0;
+  // The i-th validation microbatch (fixed, unshuffled).
+  virtual void validation_batch(uint64_t index, Batch& batch) = 0;
+  virtual std::vector<int32_t> encode(const std::string& text) const = 0;
+  virtual std::string decode(const std::vector<int32_t>& tokens) const = 0;
+};
+
+// The DataSource of a run config: the Megatron indexed dataset at data.path, byte tokenizer,
+// windows of model.seq_length, data.split, seeded by run.seed. Throws plexus::DataError (the
+// file and problem) or ConfigError (data.path empty).
+std::unique_ptr<DataSource> make_indexed_data_source(const boost::json::value& run_config);
+
+struct TrainerEvents {
+  // Called with each metrics record (also written to metrics.jsonl).
+  std::function<void(const boost::json::object&)> on_metrics;
+};
+
+struct TrainResult {
+  int64_t steps_done = 0;
+  std::vector<double> losses;  // per step run in this invocation
+  std::optional<double> final_val_loss;
+  std::filesystem::path last_checkpoint;
+};
+
+class Trainer {
+ public:
+  Trainer(const PluginHost& host, boost::json::value run_config, std::unique_ptr<DataSource> data);
+  ~Trainer();
+  // Loads parameters, optimizer state and the step from a checkpoint directory (resume).
+  void resume_from(const std::filesystem::path& checkpoint);
+  TrainResult run(const TrainerEvents& events = {});
+  Model& model() noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace plexus

@@ -1,0 +1,89 @@
+// Assembling the model from its layer components and declaring their parameters.
+#include <boost/json.hpp>
+#include <string>
+
+#include "engine/model_internal.hpp"
+#include "plexus/core/config.hpp"
+#include "plexus/core/engine/random.hpp"
+
+namespace plexus {
+
+Model::Model(const PluginHost& host, const boost::json::value& run_config)
+    : settings_(ModelSettings::from_run_config(run_config)) {
+  model_config_ = std::make_unique<ConfigHandle>(boost::json::value(settings_.layer_config), "model");
+  const auto layers = static_cast<uint32_t>(settings_.num_layers);
+  uint32_t index = 0;
+  build_unit(host, run_config, "embedding", "", "embedding", index++);
+  for (uint32_t i = 0; i < layers; ++i) {
+    const std::string prefix = "decoder.layers." + std::to_string(i) + ".";
+    build_unit(host, run_config, "attention", prefix, "decoder.layers." + std::to_string(i) + " attention", index++);
+    build_unit(host, run_config, "mlp", prefix, "decoder.layers." + std::to_string(i) + " mlp", index++);
+  }
+  build_unit(host, run_config, "final_norm", "decoder.final_layernorm.", "final norm", index++);
+  build_unit(host, run_config, "head", "", "head", index++);
+}
+
+Model::~Model() = default;
+
+void Model::build_unit(const PluginHost& host, const boost::json::value& run_config, const std::string& section,
+                       const std::string& prefix, const std::string& label, uint32_t index) {
+  const boost::json::object& spec = run_config.at("model").at(section).as_object();
+  const std::string component_name(spec.at("component").as_string());
+  const Component& component = host.get(PLX_KIND_LAYER, component_name);
+  auto unit = std::make_unique<Unit>();
+  unit->label = label + " (" + component_name + ")";
+  unit->role = section == "embedding"    ? UnitRole::embedding
+               : section == "final_norm" ? UnitRole::final_norm
+               : section == "head"       ? UnitRole::head
+                                         : UnitRole::decoder;
+  unit->config = std::make_unique<ConfigHandle>(spec.at("options"), "model." + section + ".options");
+  plx_layer_create_args args{};
+  args.struct_size = sizeof(args);
+  // Decoder sublayers are numbered by their decoder layer (for depth-scaled init); the others by
+  // their position in the stack.
+  args.layer_index = unit->role == UnitRole::decoder ? (index - 1) / 2 : index;
+  args.num_layers = static_cast<uint32_t>(settings_.num_layers);
+  args.device = DLDevice{kDLCPU, 0};
+  args.config = unit->config->get();
+  args.model_config = model_config_->get();
+  unit->layer = std::make_unique<LayerInstance>(component, args);
+
+  const plx_layer_info info = unit->layer->info();
+  const uint32_t inputs_expected = unit->role == UnitRole::head ? 2 : 1;
+  if (info.num_inputs != inputs_expected || info.num_outputs < 1 || info.num_stages < 1)
+    throw std::runtime_error(unit->label + ": as the model's " + section + " a layer needs " +
+                             std::to_string(inputs_expected) + " input(s), 1 or more outputs and stages; it declares " +
+                             std::to_string(info.num_inputs) + " inputs, " + std::to_string(info.num_outputs) +
+                             " outputs, " + std::to_string(info.num_stages) + " stages");
+  if (unit->role == UnitRole::head && (info.flags & PLX_LAYER_PRODUCES_LOSS) == 0)
+    throw std::runtime_error(unit->label + ": the model's head must produce a loss (PLX_LAYER_PRODUCES_LOSS)");
+  unit->num_outputs = info.num_outputs;
+  for (uint32_t s = 0; s < info.num_stages; ++s) unit->stages.push_back(unit->layer->stage(s));
+  for (uint32_t p = 0; p < info.num_params; ++p) {
+    const std::size_t i = params_.declare(unit->layer->param(p), prefix, unit->label);
+    unit->params.push_back(i);
+    unit->param_views.push_back(params_[i].value.view());
+    unit->grad_views.push_back(params_[i].grad.view());
+  }
+  units_.push_back(std::move(unit));
+}
+
+void Model::initialize(uint64_t seed) {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    Parameter& p = params_[i];
+    if (p.init != PLX_INIT_CUSTOM) {
+      initialize_parameter(p, seed);
+      continue;
+    }
+    // A custom initializer belongs to the layer that declared the parameter.
+    for (const auto& unit : units_) {
+      for (std::size_t k = 0; k < unit->params.size(); ++k) {
+        if (unit->params[k] != i || unit->label != p.declared_by) continue;
+        DLTensor view = p.value.view();
+        unit->layer->init_param(static_cast<uint32_t>(k), view, seed ^ stable_hash(p.name));
+      }
+    }
+  }
+}
+
+}  // namespace plexus

@@ -1,0 +1,252 @@
+// Running the model: the stages of one microbatch, in the order a scheduler chooses.
+//
+// Dataflow of a microbatch (stream = the residual stream, owned here):
+//   embedding(tokens) -> stream;  for each decoder sublayer F: stream += F(stream);
+//   final_norm(stream) -> y;  head(y, targets) -> loss, logits.
+// Backward runs the same chain in reverse: g = d(final_norm); for each F reversed:
+// g += F'(g) (the residual's identity path plus the sublayer's gradient); embedding(g).
+#include <cmath>
+#include <string>
+
+#include "engine/model_internal.hpp"
+
+namespace plexus {
+namespace {
+
+Tensor tensor_like(const plx_tensor_desc& desc) {
+  return Tensor(std::vector<int64_t>(desc.dims, desc.dims + desc.ndim), desc.dtype);
+}
+
+plx_tensor_desc desc_of(const Tensor& t) {
+  plx_tensor_desc d{};
+  d.ndim = static_cast<uint32_t>(t.shape().size());
+  d.dtype = t.dtype();
+  for (uint32_t i = 0; i < d.ndim; ++i) d.dims[i] = t.shape()[i];
+  return d;
+}
+
+// The first non-finite value's index, or -1.
+int64_t first_non_finite(const Tensor& t) {
+  if (t.dtype().code != kDLFloat || t.dtype().bits != 32) return -1;
+  const float* v = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(v[i])) return i;
+  return -1;
+}
+
+DLTensor absent(const Tensor& like) {
+  DLTensor view = like.view();
+  view.data = nullptr;  // "no gradient needed" per the layer contract
+  return view;
+}
+
+void add_into(Tensor& into, const Tensor& from) {
+  float* a = into.data<float>();
+  const float* b = from.data<float>();
+  const int64_t n = into.numel();
+  for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+}
+
+}  // namespace
+
+std::unique_ptr<Model::Run> Model::start_run(const Batch& batch, bool training, uint32_t microbatch, double loss_scale) {
+  const auto& shape = batch.tokens.shape();
+  if (shape.size() != 2 || batch.targets.shape() != shape)
+    throw std::runtime_error("a batch must hold tokens and targets of one shape [batch, seq]");
+  if (shape[1] > settings_.seq_length)
+    throw std::runtime_error("sequence of " + std::to_string(shape[1]) + " tokens is longer than model.seq_length (" +
+                             std::to_string(settings_.seq_length) + ")");
+  auto run = std::make_unique<Run>();
+  run->batch = &batch;
+  run->training = training;
+  run->microbatch = microbatch;
+  run->loss_scale = Tensor({1}, plx_dtype_f32());
+  run->loss_scale.data<float>()[0] = static_cast<float>(loss_scale);
+  run->outputs.resize(units_.size());
+  run->grad_inputs.resize(units_.size());
+  for (const auto& unit : units_) run->states.push_back(unit->layer->create_state(microbatch));
+  run->backward_unit = static_cast<int64_t>(units_.size()) - 1;
+  run->backward_stage = static_cast<uint32_t>(units_.back()->stages.size()) - 1;
+  return run;
+}
+
+void Model::forward_stage(Run& run, uint32_t u, uint32_t stage) {
+  if (u >= units_.size()) throw std::runtime_error("forward of unit " + std::to_string(u) + ": no such unit");
+  Unit& unit = *units_[u];
+  if (run.finished_forward || u != run.forward_unit || stage != run.forward_stage)
+    throw std::runtime_error("schedule order: forward of microbatch " + std::to_string(run.microbatch) + ", unit " +
+                             std::to_string(u) + " stage " + std::to_string(stage) + " ran before forward unit " +
+                             std::to_string(run.forward_unit) + " stage " + std::to_string(run.forward_stage));
+  std::vector<DLTensor> inputs;
+  switch (unit.role) {
+    case UnitRole::embedding: inputs = {run.batch->tokens.view()}; break;
+    case UnitRole::decoder:
+    case UnitRole::final_norm: inputs = {run.stream.view()}; break;
+    case UnitRole::head: inputs = {run.outputs[u - 1][0].view(), run.batch->targets.view()}; break;
+  }
+  std::vector<Tensor>& outputs = run.outputs[u];
+  if (stage == 0) {
+    std::vector<plx_tensor_desc> in_descs;
+    for (const DLTensor& t : inputs) {
+      plx_tensor_desc d{};
+      d.ndim = static_cast<uint32_t>(t.ndim);
+      d.dtype = t.dtype;
+      for (int i = 0; i < t.ndim; ++i) d.dims[i] = t.shape[i];
+      in_descs.push_back(d);
+    }
+    outputs.clear();
+    for (const plx_tensor_desc& d : unit.layer->output_desc(in_descs)) outputs.push_back(tensor_like(d));
+  }
+  std::vector<DLTensor> out_views;
+  for (const Tensor& t : outputs) out_views.push_back(t.view());
+  plx_forward_args args{};
+  args.struct_size = sizeof(args);
+  args.microbatch = run.microbatch;
+  args.flags = run.training ? PLX_FORWARD_TRAINING : 0u;
+  args.num_inputs = static_cast<uint32_t>(inputs.size());
+  args.inputs = inputs.data();
+  args.num_outputs = static_cast<uint32_t>(out_views.size());
+  args.outputs = out_views.data();
+  args.num_params = static_cast<uint32_t>(unit.param_views.size());
+  args.params = unit.param_views.data();
+  unit.layer->forward(*run.states[u], stage, args);
+
+  if (stage + 1 < unit.stages.size()) {
+    ++run.forward_stage;
+    return;
+  }
+  run.forward_stage = 0;
+  ++run.forward_unit;
+  if (const int64_t bad = first_non_finite(outputs[0]); bad >= 0)
+    throw NonFiniteError("non-finite value in the output of " + unit.label + " (element " + std::to_string(bad) +
+                         ", microbatch " + std::to_string(run.microbatch) + "): the first layer that produced one");
+  switch (unit.role) {
+    case UnitRole::embedding: run.stream = std::move(outputs[0]); break;
+    case UnitRole::decoder:
+      add_into(run.stream, outputs[0]);
+      outputs.clear();  // F's output is folded into the stream; free it now
+      break;
+    case UnitRole::final_norm: break;
+    case UnitRole::head:
+      run.loss = outputs[0].data<float>()[0];
+      run.finished_forward = true;
+      break;
+  }
+}
+
+void Model::backward_stage(Run& run, uint32_t u, uint32_t stage) {
+  if (!run.training) throw std::runtime_error("backward of a microbatch whose forward was not a training forward");
+  if (!run.finished_forward || static_cast<int64_t>(u) != run.backward_unit || stage != run.backward_stage)
+    throw std::runtime_error("schedule order: backward of microbatch " + std::to_string(run.microbatch) + ", unit " +
+                             std::to_string(u) + " stage " + std::to_string(stage) + " ran out of order (expected unit " +
+                             std::to_string(run.backward_unit) + " stage " + std::to_string(run.backward_stage) +
+                             (run.finished_forward ? ")" : ", after its forward completes)"));
+  Unit& unit = *units_[u];
+  std::vector<DLTensor> grad_outputs;
+  std::vector<DLTensor> grad_inputs;
+  Tensor& written = run.grad_inputs[u];
+  switch (unit.role) {
+    case UnitRole::head: {
+      const Tensor& y = run.outputs[u - 1][0];
+      if (written.empty()) written = Tensor(y.shape(), y.dtype());
+      grad_outputs = {run.loss_scale.view()};
+      for (uint32_t o = 1; o < unit.num_outputs; ++o) grad_outputs.push_back(absent(run.outputs[u][o]));
+      grad_inputs = {written.view(), absent(run.batch->targets)};
+      break;
+    }
+    case UnitRole::final_norm:
+      if (written.empty()) written = Tensor(run.stream.shape(), run.stream.dtype());
+      grad_outputs = {run.grad_inputs[u + 1].view()};
+      grad_inputs = {written.view()};
+      break;
+    case UnitRole::decoder:
+      if (written.empty()) written = Tensor(run.grad.shape(), run.grad.dtype());
+      grad_outputs = {run.grad.view()};
+      grad_inputs = {written.view()};
+      break;
+    case UnitRole::embedding:
+      grad_outputs = {run.grad.view()};
+      grad_inputs = {absent(run.batch->tokens)};
+      break;
+  }
+  plx_backward_args args{};
+  args.struct_size = sizeof(args);
+  args.microbatch = run.microbatch;
+  args.num_outputs = static_cast<uint32_t>(grad_outputs.size());
+  args.grad_outputs = grad_outputs.data();
+  args.num_inputs = static_cast<uint32_t>(grad_inputs.size());
+  args.grad_inputs = grad_inputs.data();
+  args.num_params = static_cast<uint32_t>(unit.param_views.size());
+  args.params = unit.param_views.data();
+  args.param_grads = unit.grad_views.data();
+  unit.layer->backward(*run.states[u], stage, args);
+
+  if (stage > 0) {
+    --run.backward_stage;
+    return;
+  }
+  // The unit's backward is complete: route its gradient and free what it no longer needs.
+  switch (unit.role) {
+    case UnitRole::head: run.outputs[u].clear(); break;
+    case UnitRole::final_norm:
+      run.grad = std::move(written);
+      run.outputs[u].clear();
+      break;
+    case UnitRole::decoder: add_into(run.grad, written); break;
+    case UnitRole::embedding: break;
+  }
+  run.states[u].reset();
+  --run.backward_unit;
+  if (run.backward_unit >= 0) run.backward_stage = static_cast<uint32_t>(units_[run.backward_unit]->stages.size()) - 1;
+}
+
+void Model::run_forward(Run& run) {
+  for (uint32_t u = 0; u < units_.size(); ++u)
+    for (uint32_t s = 0; s < units_[u]->stages.size(); ++s) forward_stage(run, u, s);
+}
+
+double Model::evaluate(const Batch& batch) {
+  auto run = start_run(batch, false, 0, 1.0);
+  run_forward(*run);
+  return run->loss;
+}
+
+std::vector<float> Model::next_token_logits(const Batch& batch, int64_t position) {
+  auto run = start_run(batch, false, 0, 1.0);
+  run_forward(*run);
+  const Tensor& logits = run->outputs.back().at(1);  // head output 1: [B, S, V]
+  const int64_t vocab = logits.shape().back();
+  const float* row = logits.data<float>() + position * vocab;
+  return {row, row + vocab};
+}
+
+void Model::check_gradients_finite() const {
+  for (const auto& unit : units_) {
+    for (std::size_t i : unit->params) {
+      if (const int64_t bad = first_non_finite(params_[i].grad); bad >= 0)
+        throw NonFiniteError("non-finite gradient of " + params_[i].name + " (element " + std::to_string(bad) +
+                             ") in " + unit->label + ": the first layer with one, in forward order");
+    }
+  }
+}
+
+std::optional<double> Model::flops_per_token() const {
+  const int64_t s = settings_.seq_length;
+  Tensor tokens({1, s}, plx_dtype_i32());
+  Tensor hidden({1, s, settings_.hidden_size}, plx_dtype_f32());
+  double total = 0;
+  for (const auto& unit : units_) {
+    std::vector<plx_tensor_desc> inputs;
+    switch (unit->role) {
+      case UnitRole::embedding: inputs = {desc_of(tokens)}; break;
+      case UnitRole::head: inputs = {desc_of(hidden), desc_of(tokens)}; break;
+      default: inputs = {desc_of(hidden)}; break;
+    }
+    const auto flops = unit->layer->estimate_flops(inputs);
+    if (!flops) return std::nullopt;
+    total += flops->forward + flops->backward;
+  }
+  return total / static_cast<double>(s);
+}
+
+}  // namespace plexus

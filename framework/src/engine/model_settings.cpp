@@ -1,0 +1,40 @@
+#include <boost/json.hpp>
+#include <stdexcept>
+#include <string>
+
+#include "plexus/core/config.hpp"
+#include "plexus/core/engine/model.hpp"
+
+namespace plexus {
+
+ModelSettings ModelSettings::from_run_config(const boost::json::value& run_config) {
+  const boost::json::object& model = run_config.at("model").as_object();
+  ModelSettings s;
+  const auto get = [&](const char* key) { return model.at(key).to_number<int64_t>(); };
+  s.vocab_size = get("vocab_size");
+  s.hidden_size = get("hidden_size");
+  s.num_layers = get("num_layers");
+  s.num_attention_heads = get("num_attention_heads");
+  s.num_query_groups = get("num_query_groups") == 0 ? s.num_attention_heads : get("num_query_groups");
+  s.ffn_hidden_size = get("ffn_hidden_size") == 0 ? 4 * s.hidden_size : get("ffn_hidden_size");
+  s.seq_length = get("seq_length");
+  s.tied = !model.at("untie_embeddings_and_output_weights").as_bool();
+  // Checked here so the message names the config keys, before any layer is created.
+  if (s.hidden_size % s.num_attention_heads != 0)
+    throw config::ConfigError("model.num_attention_heads",
+                              "must divide model.hidden_size (" + std::to_string(s.hidden_size) + "), got " +
+                                  std::to_string(s.num_attention_heads));
+  if (s.num_attention_heads % s.num_query_groups != 0)
+    throw config::ConfigError("model.num_query_groups", "must divide model.num_attention_heads (" +
+                                                            std::to_string(s.num_attention_heads) + "), got " +
+                                                            std::to_string(s.num_query_groups));
+  // Layers see the model section with the derived values filled in, without the component
+  // sections (those are each layer's own config).
+  for (const auto& [key, value] : model)
+    if (!value.is_object()) s.layer_config[key] = value;
+  s.layer_config["num_query_groups"] = s.num_query_groups;
+  s.layer_config["ffn_hidden_size"] = s.ffn_hidden_size;
+  return s;
+}
+
+}  // namespace plexus

@@ -1,0 +1,174 @@
+#include <algorithm>
+#include <boost/json.hpp>
+#include <chrono>
+#include <cmath>
+
+#include "engine/progress.hpp"
+#include "engine/trainer_impl.hpp"
+#include "plexus/core/engine/random.hpp"
+#include "plexus/core/logging.hpp"
+
+namespace plexus {
+namespace {
+
+int64_t get_int(const boost::json::value& root, const char* section, const char* key) {
+  return root.at(section).at(key).to_number<int64_t>();
+}
+
+}  // namespace
+
+Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::unique_ptr<DataSource> data)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& t = *impl_;
+  t.host = &host;
+  t.run_config = std::move(run_config);
+  t.data = std::move(data);
+  const auto& rc = t.run_config;
+  t.steps = get_int(rc, "train", "steps");
+  t.microbatches = get_int(rc, "train", "microbatches");
+  t.micro_batch_size = get_int(rc, "train", "micro_batch_size");
+  t.eval_interval = get_int(rc, "train", "eval_interval");
+  t.eval_iters = get_int(rc, "train", "eval_iters");
+  t.log_interval = get_int(rc, "train", "log_interval");
+  t.checkpoint_interval = get_int(rc, "checkpoint", "interval");
+  t.keep_last = get_int(rc, "checkpoint", "keep_last");
+  t.sample_tokens = get_int(rc, "sample", "tokens");
+  t.sample_temperature = rc.at("sample").at("temperature").to_number<double>();
+  t.sample_prompt = std::string(rc.at("sample").at("prompt").as_string());
+  t.seed = static_cast<uint64_t>(get_int(rc, "run", "seed"));
+  t.output_dir = std::string(rc.at("run").at("output_dir").as_string());
+
+  t.model = std::make_unique<Model>(host, rc);
+  t.seq_length = t.model->settings().seq_length;
+  t.model->initialize(t.seed);
+  t.scheduler_config = std::make_unique<ConfigHandle>(rc.at("scheduler").at("options"), "scheduler.options");
+  t.scheduler = std::make_unique<SchedulerInstance>(
+      host.get(PLX_KIND_SCHEDULER, std::string(rc.at("scheduler").at("component").as_string())),
+      t.scheduler_config->get());
+  t.optimizer = std::make_unique<AdamW>(t.model->parameters(), OptimizerSettings::from_run_config(rc));
+  for (int64_t i = 0; i < t.microbatches; ++i)
+    t.batches.push_back(Batch{Tensor({t.micro_batch_size, t.seq_length}, plx_dtype_i32()),
+                              Tensor({t.micro_batch_size, t.seq_length}, plx_dtype_i32())});
+}
+
+Trainer::~Trainer() = default;
+Model& Trainer::model() noexcept { return *impl_->model; }
+
+void Trainer::resume_from(const std::filesystem::path& checkpoint) { impl_->load_checkpoint(checkpoint); }
+
+void Trainer::Impl::write_metrics(const boost::json::object& record, const TrainerEvents& events) {
+  metrics << boost::json::serialize(record) << '\n';
+  metrics.flush();  // a crashed run keeps every record written so far
+  if (events.on_metrics) events.on_metrics(record);
+}
+
+double Trainer::Impl::evaluate() {
+  Batch batch{Tensor({micro_batch_size, seq_length}, plx_dtype_i32()),
+              Tensor({micro_batch_size, seq_length}, plx_dtype_i32())};
+  double sum = 0;
+  for (int64_t i = 0; i < eval_iters; ++i) {
+    data->validation_batch(static_cast<uint64_t>(i), batch);
+    sum += model->evaluate(batch);
+  }
+  return sum / static_cast<double>(eval_iters);
+}
+
+std::string Trainer::Impl::sample(int64_t step) {
+  std::vector<int32_t> tokens = data->encode(sample_prompt);
+  if (tokens.empty()) tokens.push_back(0);
+  const std::size_t prompt_length = tokens.size();
+  const CounterRng rng(seed, stable_hash("sample") + static_cast<uint64_t>(step));
+  Batch batch{Tensor({1, seq_length}, plx_dtype_i32()), Tensor({1, seq_length}, plx_dtype_i32())};
+  for (int64_t n = 0; n < sample_tokens; ++n) {
+    // The last seq_length tokens are the context; padding after them is never attended to
+    // (causal attention), so the logits at the context's last position are exact.
+    const std::size_t begin = tokens.size() > static_cast<std::size_t>(seq_length) ? tokens.size() - seq_length : 0;
+    const auto length = static_cast<int64_t>(tokens.size() - begin);
+    int32_t* input = batch.tokens.data<int32_t>();
+    for (int64_t i = 0; i < seq_length; ++i) input[i] = i < length ? tokens[begin + i] : 0;
+    const std::vector<float> logits = model->next_token_logits(batch, length - 1);
+    int32_t next = 0;
+    if (sample_temperature <= 0) {
+      for (std::size_t v = 1; v < logits.size(); ++v)
+        if (logits[v] > logits[static_cast<std::size_t>(next)]) next = static_cast<int32_t>(v);
+    } else {
+      const float top = *std::max_element(logits.begin(), logits.end());
+      std::vector<double> weights(logits.size());
+      double total = 0;
+      for (std::size_t v = 0; v < logits.size(); ++v)
+        total += weights[v] = std::exp((logits[v] - top) / sample_temperature);
+      double pick = rng.uniform(static_cast<uint64_t>(n)) * total;
+      next = static_cast<int32_t>(logits.size() - 1);
+      for (std::size_t v = 0; v < weights.size(); ++v) {
+        if ((pick -= weights[v]) < 0) {
+          next = static_cast<int32_t>(v);
+          break;
+        }
+      }
+    }
+    tokens.push_back(next);
+  }
+  return data->decode(std::vector<int32_t>(tokens.begin() + static_cast<std::ptrdiff_t>(prompt_length), tokens.end()));
+}
+
+TrainResult Trainer::run(const TrainerEvents& events) {
+  Impl& t = *impl_;
+  std::filesystem::create_directories(t.output_dir);
+  t.metrics.open(t.output_dir / "metrics.jsonl", std::ios::app);
+  if (!t.metrics) throw std::runtime_error("cannot write metrics to " + (t.output_dir / "metrics.jsonl").string());
+  TrainResult result;
+  const int64_t params = t.model->parameters().count_elements();
+  const std::optional<double> flops_per_token = t.model->flops_per_token();
+  log_info("trainer", "model: " + std::to_string(params) + " parameters, " +
+                          std::to_string(t.model->settings().num_layers) + " layers; training steps " +
+                          std::to_string(t.start_step + 1) + ".." + std::to_string(t.steps));
+  t.write_metrics({{"event", "start"}, {"run", t.run_config.at("run").at("name")}, {"parameters", params},
+                   {"first_step", t.start_step + 1}, {"steps", t.steps}},
+                  events);
+  const double tokens_per_step = static_cast<double>(t.microbatches * t.micro_batch_size * t.seq_length);
+  detail::Progress progress(t.start_step, t.steps, t.log_interval);
+  const auto report_eval = [&](int64_t step_done) {
+    const double val = t.evaluate();
+    result.final_val_loss = val;
+    t.write_metrics({{"event", "eval"}, {"step", step_done}, {"val_loss", val}}, events);
+    std::string text = "eval at step " + std::to_string(step_done) + ": val_loss " + std::to_string(val);
+    if (t.sample_tokens > 0) text += "\n--- sample ---\n" + t.sample(step_done) + "\n--------------";
+    progress.line(text);
+  };
+  for (int64_t step = t.start_step; step < t.steps; ++step) {
+    const auto begin = std::chrono::steady_clock::now();
+    t.model->parameters().zero_grads();
+    for (int64_t i = 0; i < t.microbatches; ++i) {
+      const auto position = static_cast<uint64_t>((step * t.microbatches + i) * t.micro_batch_size);
+      t.data->train_batch(position, t.batches[static_cast<std::size_t>(i)]);
+    }
+    const double loss = t.model->forward_backward(*t.scheduler, t.batches);
+    t.model->check_gradients_finite();
+    const double grad_norm = t.optimizer->step(step);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    const double tokens_per_s = tokens_per_step / seconds;
+    const double gflops = flops_per_token ? *flops_per_token * tokens_per_s / 1e9 : -1.0;
+    result.losses.push_back(loss);
+    boost::json::object record{{"event", "step"},         {"step", step + 1},
+                               {"loss", loss},            {"lr", t.optimizer->last_lr()},
+                               {"grad_norm", grad_norm},  {"tokens_per_s", tokens_per_s},
+                               {"step_seconds", seconds}};
+    if (gflops >= 0) record["gflops_per_s"] = gflops;
+    t.write_metrics(record, events);
+    progress.step(step, loss, t.optimizer->last_lr(), tokens_per_s, gflops);
+    const int64_t done = step + 1;
+    result.steps_done = done;
+    if (t.eval_interval > 0 && done % t.eval_interval == 0 && done != t.steps) report_eval(done);
+    if (t.checkpoint_interval > 0 && done % t.checkpoint_interval == 0 && done != t.steps)
+      result.last_checkpoint = t.save_checkpoint(done);
+  }
+  progress.finish();
+  if (t.start_step < t.steps) {
+    report_eval(t.steps);
+    result.last_checkpoint = t.save_checkpoint(t.steps);
+    progress.line("checkpoint: " + result.last_checkpoint.string());
+  }
+  return result;
+}
+
+}  // namespace plexus

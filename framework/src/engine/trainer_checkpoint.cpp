@@ -1,0 +1,80 @@
+// Saving and resuming a run. A checkpoint holds the parameters under their Megatron-style names
+// (model.safetensors), the AdamW moments (optimizer.safetensors) and state.json: the step, the
+// data position and the whole run config. Because every random number is counter-based and
+// the data position is a function of the step, resuming continues the run exactly.
+#include <boost/json.hpp>
+#include <cstring>
+
+#include "engine/trainer_impl.hpp"
+#include "plexus/core/checkpoint/checkpoint_dir.hpp"
+#include "plexus/core/logging.hpp"
+
+namespace plexus {
+namespace {
+
+checkpoint::TensorData tensor_data(const std::string& name, const Tensor& t) {
+  return checkpoint::TensorData{name, checkpoint::DType::f32, t.shape(),
+                                {static_cast<const std::byte*>(t.raw()), t.bytes()}};
+}
+
+void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file, const std::string& name) {
+  const auto view = file.tensor(name);
+  std::memcpy(into.raw(), view.bytes.data(), into.bytes());  // shapes were checked first
+}
+
+}  // namespace
+
+std::filesystem::path Trainer::Impl::save_checkpoint(int64_t steps_done) {
+  std::vector<checkpoint::TensorData> model_tensors;
+  ParameterStore& params = model->parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) model_tensors.push_back(tensor_data(params[i].name, params[i].value));
+  std::vector<checkpoint::TensorData> optimizer_tensors;
+  for (const auto& [name, tensor] : optimizer->state_tensors()) optimizer_tensors.push_back(tensor_data(name, *tensor));
+  const boost::json::object state{
+      {"format", "plexus-checkpoint-1"},
+      {"step", steps_done},
+      {"data_position", steps_done * microbatches * micro_batch_size},
+      {"config", run_config}};
+  const std::filesystem::path root = output_dir / "checkpoints";
+  std::filesystem::path dir = checkpoint::write_checkpoint(root, steps_done, model_tensors, optimizer_tensors, state);
+  for (const auto& removed : checkpoint::prune_checkpoints(root, keep_last))
+    Logger::global().log(LogLevel::debug, "trainer", "removed old checkpoint " + removed.string());
+  return dir;
+}
+
+void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
+  const checkpoint::LoadedCheckpoint loaded = checkpoint::load_checkpoint(dir);
+  // A different model cannot continue this one: say which keys differ before any tensor does.
+  const boost::json::value* saved_config = loaded.state.is_object() ? loaded.state.as_object().if_contains("config") : nullptr;
+  if (saved_config == nullptr || !saved_config->is_object() || !saved_config->as_object().contains("model"))
+    throw CheckpointError((dir / "state.json").string(), "state.json has no run config (\"config.model\")");
+  const boost::json::object& was = saved_config->at("model").as_object();
+  const boost::json::object& now = run_config.at("model").as_object();
+  std::string differences;
+  for (const auto& [key, value] : now) {
+    const boost::json::value* old = was.if_contains(key);
+    if (old == nullptr || *old != value)
+      differences += "\n  model." + std::string(key) + ": checkpoint " + (old ? boost::json::serialize(*old) : "absent") +
+                     ", this run " + boost::json::serialize(value);
+  }
+  if (!differences.empty())
+    throw CheckpointError(dir, "the checkpoint is of a different model than this run's config:" +
+                                               differences);
+  ParameterStore& params = model->parameters();
+  std::vector<checkpoint::ExpectedTensor> expected_model, expected_optimizer;
+  for (std::size_t i = 0; i < params.size(); ++i)
+    expected_model.push_back({params[i].name, params[i].value.shape(), checkpoint::DType::f32});
+  for (const auto& [name, tensor] : optimizer->state_tensors())
+    expected_optimizer.push_back({name, tensor->shape(), checkpoint::DType::f32});
+  checkpoint::expect_tensors_match(loaded.model, expected_model);
+  checkpoint::expect_tensors_match(loaded.optimizer, expected_optimizer);
+  for (std::size_t i = 0; i < params.size(); ++i) copy_into(params[i].value, loaded.model, params[i].name);
+  for (const auto& [name, tensor] : optimizer->state_tensors()) copy_into(*tensor, loaded.optimizer, name);
+  start_step = loaded.step;
+  if (start_step > steps)
+    throw CheckpointError(dir.string(), "checkpoint is at step " + std::to_string(start_step) +
+                                                        ", past train.steps (" + std::to_string(steps) + ")");
+  log_info("trainer", "resumed from " + dir.string() + " at step " + std::to_string(start_step));
+}
+
+}  // namespace plexus

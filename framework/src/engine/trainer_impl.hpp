@@ -1,0 +1,44 @@
+// The Trainer's state, shared by trainer.cpp (the loop) and trainer_checkpoint.cpp.
+#pragma once
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plexus/core/engine/trainer.hpp"
+#include "plexus/core/host_services.hpp"
+
+namespace plexus {
+
+struct Trainer::Impl {
+  const PluginHost* host = nullptr;
+  boost::json::value run_config;
+  std::unique_ptr<DataSource> data;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<ConfigHandle> scheduler_config;
+  std::unique_ptr<SchedulerInstance> scheduler;
+  std::unique_ptr<AdamW> optimizer;
+
+  int64_t steps = 0, microbatches = 1, micro_batch_size = 1, seq_length = 1;
+  int64_t eval_interval = 0, eval_iters = 1, log_interval = 1;
+  int64_t checkpoint_interval = 0, keep_last = 1;
+  int64_t sample_tokens = 0;
+  double sample_temperature = 1.0;
+  std::string sample_prompt;
+  uint64_t seed = 0;
+  std::filesystem::path output_dir;
+  int64_t start_step = 0;  // > 0 after resume_from
+
+  std::ofstream metrics;
+  std::vector<Batch> batches;
+
+  void write_metrics(const boost::json::object& record, const TrainerEvents& events);
+  double evaluate();
+  std::string sample(int64_t step);
+  // trainer_checkpoint.cpp
+  std::filesystem::path save_checkpoint(int64_t steps_done);
+  void load_checkpoint(const std::filesystem::path& dir);
+};
+
+}  // namespace plexus

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""PyTorch eager baseline for bench_transformer: the same attention and MLP sublayers (pre-norm,
+RoPE, causal GQA softmax attention, gelu/swiglu MLP), float32 on the CPU, median time of a
+training forward and its backward (input and weight gradients), and the fastest forward + backward.
+
+  /usr/bin/python3 plugins/transformer/bench/torch_bench.py [--batch 4] [--seq 256] [--hidden 256]
+      [--heads 4] [--groups 4] [--ffn 1024] [--activation gelu|swiglu] [--threads 2] [--iters 20]
+"""
+import argparse
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def rms(x, w, eps=1e-5):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope(x, base=10000.0):
+    s, hd = x.shape[1], x.shape[-1]
+    inv = base ** (-torch.arange(0, hd // 2, dtype=torch.float64) * 2.0 / hd)
+    angle = torch.arange(s, dtype=torch.float64)[:, None] * inv[None, :]
+    cos = angle.cos().to(x.dtype)[None, :, None, :]
+    sin = angle.sin().to(x.dtype)[None, :, None, :]
+    x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def attention(x, w, wqkv, wproj, nh, ng):
+    b, s, c = x.shape
+    hd, per = c // nh, nh // ng
+    qkv = (rms(x, w) @ wqkv.T).view(b, s, ng, per + 2, hd)
+    q = rope(qkv[:, :, :, :per, :].reshape(b, s, nh, hd))
+    k = rope(qkv[:, :, :, per, :])
+    v = qkv[:, :, :, per + 1, :]
+    k = k.repeat_interleave(per, dim=2)
+    v = v.repeat_interleave(per, dim=2)
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [b, h, s, hd]
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+    mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+    probs = scores.masked_fill(mask, float("-inf")).softmax(-1)
+    o = (probs @ v).transpose(1, 2).reshape(b, s, nh * hd)
+    return o @ wproj.T
+
+
+def mlp(x, w, w1, w2, activation, f):
+    a = rms(x, w) @ w1.T
+    act = F.silu(a[..., :f]) * a[..., f:] if activation == "swiglu" else F.gelu(a)
+    return act @ w2.T
+
+
+def bench(name, fn, params, x, iters):
+    dy = torch.randn_like(x)
+    fwd, bwd = [], []
+    for it in range(iters + 3):
+        for p in params + [x]:
+            p.grad = None
+        t0 = time.perf_counter()
+        y = fn()
+        t1 = time.perf_counter()
+        y.backward(dy)
+        t2 = time.perf_counter()
+        if it >= 3:
+            fwd.append((t1 - t0) * 1e3)
+            bwd.append((t2 - t1) * 1e3)
+    fm, bm = sorted(fwd)[len(fwd) // 2], sorted(bwd)[len(bwd) // 2]
+    best = min(f + b for f, b in zip(fwd, bwd))
+    print(f"torch {name:<16} fwd {fm:7.2f} ms  bwd {bm:7.2f} ms  fwd+bwd median {fm + bm:7.2f} ms  min {best:7.2f} ms")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for k, v in dict(batch=4, seq=256, hidden=256, heads=4, groups=4, ffn=1024, threads=2, iters=20).items():
+        ap.add_argument("--" + k, type=int, default=v)
+    ap.add_argument("--activation", default="gelu")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    c, nh, ng, hd = a.hidden, a.heads, a.groups, a.hidden // a.heads
+    x = torch.randn(a.batch, a.seq, c, requires_grad=True)
+    wn = torch.ones(c, requires_grad=True)
+    wqkv = (torch.randn((nh + 2 * ng) * hd, c) * 0.02).requires_grad_()
+    wproj = (torch.randn(c, nh * hd) * 0.02).requires_grad_()
+    f1 = 2 * a.ffn if a.activation == "swiglu" else a.ffn
+    w1 = (torch.randn(f1, c) * 0.02).requires_grad_()
+    w2 = (torch.randn(c, a.ffn) * 0.02).requires_grad_()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; B={a.batch} S={a.seq} C={c} nh={nh} "
+          f"ng={ng} F={a.ffn} {a.activation} RMSNorm f32")
+    bench("attention", lambda: attention(x, wn, wqkv, wproj, nh, ng), [wn, wqkv, wproj], x, a.iters)
+    bench("mlp", lambda: mlp(x, wn, w1, w2, a.activation, a.ffn), [wn, w1, w2], x, a.iters)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+#include "common.hpp"
+
+#include <cmath>
+
+#include "plexus_kernels/norm.hpp"
+
+namespace plexus::transformer {
+
+namespace k = plexus::kernels;
+
+int64_t positive_int(const plexus::sdk::Host& host, plx_config model, const char* key) {
+  const int64_t v = host.config_int(model, key);
+  if (v < 1)
+    throw Error(PLX_ERR_INVALID_ARGUMENT,
+                std::string("model ") + key + " must be at least 1, got " + std::to_string(v));
+  return v;
+}
+
+double positive_number(const plexus::sdk::Host& host, plx_config model, const char* key) {
+  const double v = host.config_number(model, key);
+  if (!(v > 0) || !std::isfinite(v))
+    throw Error(PLX_ERR_INVALID_ARGUMENT,
+                std::string("model ") + key + " must be a positive number, got " + std::to_string(v));
+  return v;
+}
+
+NormSpec NormSpec::read(const plexus::sdk::Host& host, plx_config model, int64_t hidden) {
+  NormSpec n;
+  const std::string kind = host.config_string(model, "normalization");
+  if (kind == "RMSNorm") {
+    n.rms = true;
+  } else if (kind == "LayerNorm") {
+    n.rms = false;
+  } else {
+    throw Error(PLX_ERR_INVALID_ARGUMENT,
+                "model normalization must be \"RMSNorm\" or \"LayerNorm\", got \"" + kind + "\"");
+  }
+  n.eps = host.config_number(model, "layernorm_epsilon");
+  if (!(n.eps >= 0) || !std::isfinite(n.eps))
+    throw Error(PLX_ERR_INVALID_ARGUMENT,
+                "model layernorm_epsilon must be >= 0, got " + std::to_string(n.eps));
+  n.cols = hidden;
+  return n;
+}
+
+template <class T>
+void NormSpec::forward(int64_t rows, const T* x, const T* w, const T* b, T* y, T* xhat, T* rstd) const {
+  if (rms)
+    k::rmsnorm_forward<T>(rows, cols, x, w, static_cast<T>(eps), y, xhat, rstd);
+  else
+    k::layernorm_forward<T>(rows, cols, x, w, b, static_cast<T>(eps), y, xhat, rstd);
+}
+
+template <class T>
+void NormSpec::backward(int64_t rows, const T* dy, const T* xhat, const T* rstd, const T* w, T* dx, T* dw,
+                        T* db) const {
+  if (rms)
+    k::rmsnorm_backward<T>(rows, cols, dy, xhat, rstd, w, dx, dw);
+  else
+    k::layernorm_backward<T>(rows, cols, dy, xhat, rstd, w, dx, dw, db);
+}
+
+template <class T>
+void NormSpec::apply(int64_t rows, const T* xhat, const T* w, const T* b, T* y) const {
+  k::norm_apply<T>(rows, cols, xhat, w, rms ? nullptr : b, y);
+}
+
+template void NormSpec::forward<float>(int64_t, const float*, const float*, const float*, float*, float*,
+                                       float*) const;
+template void NormSpec::forward<double>(int64_t, const double*, const double*, const double*, double*,
+                                        double*, double*) const;
+template void NormSpec::backward<float>(int64_t, const float*, const float*, const float*, const float*,
+                                        float*, float*, float*) const;
+template void NormSpec::backward<double>(int64_t, const double*, const double*, const double*, const double*,
+                                         double*, double*, double*) const;
+template void NormSpec::apply<float>(int64_t, const float*, const float*, const float*, float*) const;
+template void NormSpec::apply<double>(int64_t, const double*, const double*, const double*, double*) const;
+
+std::string shape_string(const int64_t* dims, int64_t ndim) {
+  std::string s = "[";
+  for (int64_t i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+std::string shape_string(const DLTensor& t) {
+  return shape_string(t.shape, t.ndim);
+}
+std::string shape_string(std::initializer_list<int64_t> dims) {
+  return shape_string(dims.begin(), static_cast<int64_t>(dims.size()));
+}
+
+Precision precision_of(DLDataType dtype, const std::string& what) {
+  if (plx_dtype_equal(dtype, plx_dtype_f32())) return Precision::f32;
+  if (plx_dtype_equal(dtype, plx_dtype_f64())) return Precision::f64;
+  throw Error(PLX_ERR_INVALID_ARGUMENT,
+              what + ": expected dtype float32 or float64, got " + plexus::sdk::dtype_name(dtype));
+}
+
+namespace {
+void expect_cpu_dense(const DLTensor& t, DLDataType dtype, const std::string& what) {
+  if (t.data == nullptr) throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": no data (null pointer)");
+  plexus::sdk::expect_cpu_contiguous(t, dtype, what.c_str());
+}
+}  // namespace
+
+void expect_tensor(const DLTensor& t, DLDataType dtype, const int64_t* dims, int64_t ndim,
+                   const std::string& what) {
+  expect_cpu_dense(t, dtype, what);
+  bool same = t.ndim == ndim;
+  for (int32_t i = 0; same && i < t.ndim; ++i) same = t.shape[i] == dims[i];
+  if (!same)
+    throw Error(PLX_ERR_INVALID_ARGUMENT,
+                what + ": expected shape " + shape_string(dims, ndim) + ", got " + shape_string(t));
+}
+void expect_tensor(const DLTensor& t, DLDataType dtype, std::initializer_list<int64_t> shape,
+                   const std::string& what) {
+  expect_tensor(t, dtype, shape.begin(), static_cast<int64_t>(shape.size()), what);
+}
+
+void expect_hidden(const DLTensor& t, DLDataType dtype, int64_t hidden, const std::string& what,
+                   int64_t& batch, int64_t& seq) {
+  expect_cpu_dense(t, dtype, what);
+  if (t.ndim != 3 || t.shape[2] != hidden)
+    throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": expected shape [batch, seq, " + std::to_string(hidden) +
+                                              "] (hidden_size " + std::to_string(hidden) + "), got " +
+                                              shape_string(t));
+  batch = t.shape[0];
+  seq = t.shape[1];
+}
+
+TransformerLayer::TransformerLayer(const char* component, const plx_layer_create_args& args)
+    : component_(component) {
+  if (args.device.device_type != kDLCPU)
+    throw Error(PLX_ERR_UNSUPPORTED, std::string(component) + " runs on the CPU only (device type " +
+                                         std::to_string(static_cast<int>(args.device.device_type)) +
+                                         " requested)");
+}
+
+plx_param_spec TransformerLayer::param(uint32_t index) const {
+  if (index >= params_.size())
+    throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(component_) + " has " + std::to_string(params_.size()) +
+                                              " parameters; there is no parameter " + std::to_string(index));
+  return params_[index];
+}
+
+plx_stage_info TransformerLayer::stage(uint32_t index) const {
+  if (index != 0)
+    throw Error(PLX_ERR_INVALID_ARGUMENT,
+                std::string(component_) + " has one stage; no stage " + std::to_string(index));
+  plx_stage_info s{};
+  s.struct_size = sizeof(s);
+  s.kind = PLX_STAGE_COMPUTE;
+  s.name = component_;
+  return s;
+}
+
+void TransformerLayer::expect_descs(const char* what, uint32_t num_inputs, uint32_t num_outputs) const {
+  const plx_layer_info i = info();
+  if (num_inputs != i.num_inputs || num_outputs != i.num_outputs)
+    throw Error(PLX_ERR_INVALID_ARGUMENT,
+                std::string(what) + ": " + component_ + " takes " + std::to_string(i.num_inputs) +
+                    " input(s) and " + std::to_string(i.num_outputs) + " output(s), got " +
+                    std::to_string(num_inputs) + " and " + std::to_string(num_outputs));
+}
+
+void TransformerLayer::expect_call(const char* what, uint32_t stage, uint32_t num_inputs,
+                                   uint32_t num_outputs, uint32_t num_params) const {
+  if (stage != 0)
+    throw Error(PLX_ERR_INVALID_ARGUMENT,
+                std::string(component_) + " has one stage; no stage " + std::to_string(stage));
+  expect_descs(what, num_inputs, num_outputs);
+  if (num_params != params_.size())
+    throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(what) + ": " + component_ + " has " +
+                                              std::to_string(params_.size()) + " parameters, got " +
+                                              std::to_string(num_params));
+}
+
+void TransformerLayer::expect_params(const DLTensor* params, const DLTensor* grads, DLDataType dtype) const {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const plx_param_spec& spec = params_[i];
+    const int64_t* dims = spec.desc.dims;
+    const auto ndim = static_cast<int64_t>(spec.desc.ndim);
+    const std::string name = std::string("parameter ") + spec.name;
+    if (params[i].data != nullptr && !plx_dtype_equal(params[i].dtype, dtype))
+      throw Error(PLX_ERR_INVALID_ARGUMENT, name + ": dtype " + plexus::sdk::dtype_name(params[i].dtype) +
+                                                " does not match the activations' " +
+                                                plexus::sdk::dtype_name(dtype));
+    expect_tensor(params[i], dtype, dims, ndim, name);
+    if (grads != nullptr && grads[i].data != nullptr)
+      expect_tensor(grads[i], dtype, dims, ndim, "gradient of " + name);
+  }
+}
+
+plx_param_spec make_param(const char* name, std::initializer_list<int64_t> dims, uint32_t init,
+                          double std_dev, uint32_t flags) {
+  plx_param_spec p{};
+  p.struct_size = sizeof(p);
+  p.flags = flags;
+  p.name = name;
+  p.desc.dtype = plx_dtype_f32();
+  for (int64_t d : dims) p.desc.dims[p.desc.ndim++] = d;
+  p.init = init;
+  p.init_a = std_dev;
+  return p;
+}
+
+void expect_saved(bool saved, Precision saved_precision, Precision precision, int64_t saved_batch,
+                  int64_t saved_seq, int64_t batch, int64_t seq) {
+  if (!saved)
+    throw Error(PLX_ERR_INVALID_ARGUMENT,
+                "backward without a training forward of this microbatch (PLX_FORWARD_TRAINING was not set)");
+  if (saved_precision != precision)
+    throw Error(PLX_ERR_INVALID_ARGUMENT,
+                std::string("backward in ") + (precision == Precision::f32 ? "float32" : "float64") +
+                    " after a forward in " + (saved_precision == Precision::f32 ? "float32" : "float64"));
+  if (saved_batch != batch || saved_seq != seq)
+    throw Error(PLX_ERR_INVALID_ARGUMENT, "backward of shape [" + std::to_string(batch) + ", " +
+                                              std::to_string(seq) + "] after a forward of [" +
+                                              std::to_string(saved_batch) + ", " + std::to_string(saved_seq) +
+                                              "]");
+}
+
+}  // namespace plexus::transformer

@@ -1,0 +1,122 @@
+// Shared by the transformer layers: reading the model config, checking tensors, dtype dispatch,
+// the pre-norm (RMSNorm or LayerNorm) and a base class with the checks every layer makes.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "plexus/cpp/host.hpp"
+#include "plexus/cpp/layer.hpp"
+#include "plexus/cpp/tensor.hpp"
+#include "plexus/plugin.h"
+
+namespace plexus::transformer {
+
+using plexus::sdk::Error;
+
+// ---- the model section (args.model_config) ----
+
+// Reads an integer key that must be >= 1; the error names the key and the value.
+int64_t positive_int(const plexus::sdk::Host& host, plx_config model, const char* key);
+// Reads a number that must be > 0.
+double positive_number(const plexus::sdk::Host& host, plx_config model, const char* key);
+
+struct NormSpec {
+  bool rms = true;    // RMSNorm, else LayerNorm (with a bias)
+  double eps = 1e-5;  // layernorm_epsilon
+  int64_t cols = 0;   // hidden_size
+
+  static NormSpec read(const plexus::sdk::Host& host, plx_config model, int64_t hidden);
+  uint32_t num_params() const { return rms ? 1u : 2u; }
+
+  // rows x cols. b is ignored for RMSNorm. xhat and rstd may be null (no backward follows).
+  template <class T>
+  void forward(int64_t rows, const T* x, const T* w, const T* b, T* y, T* xhat, T* rstd) const;
+  // dx written (may be null), dw/db accumulated (may be null).
+  template <class T>
+  void backward(int64_t rows, const T* dy, const T* xhat, const T* rstd, const T* w, T* dx, T* dw,
+                T* db) const;
+  // y = xhat * w (+ b): a norm's output again from what forward kept.
+  template <class T>
+  void apply(int64_t rows, const T* xhat, const T* w, const T* b, T* y) const;
+};
+
+// ---- tensors ----
+
+std::string shape_string(const int64_t* dims, int64_t ndim);
+std::string shape_string(const DLTensor& t);
+std::string shape_string(std::initializer_list<int64_t> dims);
+
+enum class Precision { f32, f64 };
+inline DLDataType dtype_of(Precision p) {
+  return p == Precision::f32 ? plx_dtype_f32() : plx_dtype_f64();
+}
+
+// The floating precision of a dtype; throws naming `what` for anything but float32 / float64.
+Precision precision_of(DLDataType dtype, const std::string& what);
+
+// A CPU, contiguous tensor of exactly this dtype and shape, or an Error naming `what`.
+void expect_tensor(const DLTensor& t, DLDataType dtype, std::initializer_list<int64_t> shape,
+                   const std::string& what);
+void expect_tensor(const DLTensor& t, DLDataType dtype, const int64_t* dims, int64_t ndim,
+                   const std::string& what);
+// [B, S, C] hidden states with C == hidden: returns B and S.
+void expect_hidden(const DLTensor& t, DLDataType dtype, int64_t hidden, const std::string& what,
+                   int64_t& batch, int64_t& seq);
+
+template <class T>
+constexpr Precision precision_v = sizeof(T) == 4 ? Precision::f32 : Precision::f64;
+
+template <class T>
+T* data(const DLTensor& t) {
+  return static_cast<T*>(plx_data(&t));
+}
+
+// ---- the base of every layer ----
+
+class TransformerLayer : public plexus::sdk::Layer {
+ public:
+  TransformerLayer(const char* component, const plx_layer_create_args& args);
+
+  plx_param_spec param(uint32_t index) const override;
+  plx_stage_info stage(uint32_t index) const override;
+
+ protected:
+  // Checks the stage and the counts of a forward / backward call; `inputs`/`outputs` as in info().
+  void expect_call(const char* what, uint32_t stage, uint32_t num_inputs, uint32_t num_outputs,
+                   uint32_t num_params) const;
+  void expect_descs(const char* what, uint32_t num_inputs, uint32_t num_outputs) const;
+  // Checks every parameter (and, when grads is not null, every gradient whose data is not null)
+  // against its spec's shape, in dtype `dtype`.
+  void expect_params(const DLTensor* params, const DLTensor* grads, DLDataType dtype) const;
+  // The gradient of parameter i, or null when the caller needs none.
+  template <class T>
+  static T* grad_or_null(const DLTensor* grads, uint32_t i) {
+    return grads != nullptr && grads[i].data != nullptr ? data<T>(grads[i]) : nullptr;
+  }
+
+  const char* component_;
+  std::vector<plx_param_spec> params_;
+};
+
+// A parameter spec (fp32 master dtype, like plexus::sdk::param_spec) with dims from a vector.
+plx_param_spec make_param(const char* name, std::initializer_list<int64_t> dims, uint32_t init,
+                          double std_dev, uint32_t flags);
+
+// Throws unless the state holds a training forward with this precision and these sizes.
+void expect_saved(bool saved, Precision saved_precision, Precision precision, int64_t saved_batch,
+                  int64_t saved_seq, int64_t batch, int64_t seq);
+
+// ---- the components ----
+const plx_component_desc* embedding_component();
+const plx_component_desc* attention_component();
+const plx_component_desc* mlp_component();
+const plx_component_desc* norm_component();
+const plx_component_desc* lm_head_component();
+
+// Every component's config section is an empty object: all settings come from the model section.
+inline constexpr const char* kEmptySchema = R"({"type": "object", "properties": {}})";
+
+}  // namespace plexus::transformer

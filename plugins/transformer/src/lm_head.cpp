@@ -1,0 +1,206 @@
+// transformer.lm_head: logits = h W^T and the mean token cross-entropy (targets of -1 ignored).
+#include <memory>
+
+#include "common.hpp"
+#include "plexus_kernels/buffer.hpp"
+#include "plexus_kernels/cross_entropy.hpp"
+#include "plexus_kernels/embedding.hpp"
+#include "plexus_kernels/gemm.hpp"
+
+namespace plexus::transformer {
+namespace {
+
+namespace k = plexus::kernels;
+using k::Trans;
+
+constexpr int32_t kIgnore = -1;
+
+class HeadState : public plexus::sdk::LayerState {
+ public:
+  bool saved = false;
+  Precision precision = Precision::f32;
+  int64_t batch = 0, seq = 0;
+  int64_t count = 0;  // tokens whose target is not -1
+  k::Buffer h;        // the input hidden states [N, C]
+  k::Buffer grad;     // softmax(logits) - onehot(target), zero rows for ignored targets, [N, V]
+};
+
+class LmHead final : public TransformerLayer {
+ public:
+  explicit LmHead(const plx_layer_create_args& args) : TransformerLayer("transformer.lm_head", args) {
+    const auto host = plexus::sdk::Host::current();
+    const plx_config m = args.model_config;
+    vocab_ = positive_int(host, m, "vocab_size");
+    hidden_ = positive_int(host, m, "hidden_size");
+    const double std_dev = positive_number(host, m, "init_method_std");
+    const bool untie = host.config_bool(m, "untie_embeddings_and_output_weights");
+    // Tied: the embedding's own name, which the engine recognizes as the same parameter.
+    params_.push_back(make_param(untie ? "output_layer.weight" : "embedding.word_embeddings.weight",
+                                 {vocab_, hidden_}, PLX_INIT_NORMAL, std_dev, 0));
+  }
+
+  plx_layer_info info() const override {
+    plx_layer_info i{};
+    i.struct_size = sizeof(i);
+    i.flags = PLX_LAYER_PRODUCES_LOSS;
+    i.num_params = 1;
+    i.num_stages = 1;
+    i.num_inputs = 2;
+    i.num_outputs = 2;
+    return i;
+  }
+
+  void output_desc(uint32_t num_inputs, const plx_tensor_desc* inputs, uint32_t num_outputs,
+                   plx_tensor_desc* outputs) const override {
+    expect_descs("output_desc", num_inputs, num_outputs);
+    expect_input_descs(inputs);
+    plx_tensor_desc loss{};
+    loss.ndim = 1;
+    loss.dtype = inputs[0].dtype;
+    loss.dims[0] = 1;
+    plx_tensor_desc logits{};
+    logits.ndim = 3;
+    logits.dtype = inputs[0].dtype;
+    logits.dims[0] = inputs[0].dims[0];
+    logits.dims[1] = inputs[0].dims[1];
+    logits.dims[2] = vocab_;
+    outputs[0] = loss;
+    outputs[1] = logits;
+  }
+
+  std::unique_ptr<plexus::sdk::LayerState> create_state(uint32_t) override {
+    return std::make_unique<HeadState>();
+  }
+
+  void forward(plexus::sdk::LayerState& state, uint32_t stage, const plx_forward_args& args) override {
+    expect_call("forward", stage, args.num_inputs, args.num_outputs, args.num_params);
+    if (precision_of(args.inputs[0].dtype, "input 0 (hidden states)") == Precision::f32)
+      run_forward<float>(static_cast<HeadState&>(state), args);
+    else
+      run_forward<double>(static_cast<HeadState&>(state), args);
+  }
+
+  void backward(plexus::sdk::LayerState& state, uint32_t stage, const plx_backward_args& args) override {
+    expect_call("backward", stage, args.num_inputs, args.num_outputs, args.num_params);
+    const auto& st = static_cast<HeadState&>(state);
+    if (!st.saved) expect_saved(false, st.precision, st.precision, 0, 0, 0, 0);
+    if (st.precision == Precision::f32)
+      run_backward<float>(static_cast<HeadState&>(state), args);
+    else
+      run_backward<double>(static_cast<HeadState&>(state), args);
+  }
+
+  // The logits product, 2 FLOPs per multiply-add ([N, C] x [C, V]); backward (input and weight
+  // gradients) twice that. The softmax is not counted.
+  void estimate_flops(uint32_t num_inputs, const plx_tensor_desc* inputs, double& forward,
+                      double& backward) const override {
+    expect_descs("estimate_flops", num_inputs, 2);
+    expect_input_descs(inputs);
+    const double n = static_cast<double>(inputs[0].dims[0]) * static_cast<double>(inputs[0].dims[1]);
+    forward = 2 * n * static_cast<double>(hidden_) * static_cast<double>(vocab_);
+    backward = 2 * forward;
+  }
+
+ private:
+  void expect_input_descs(const plx_tensor_desc* inputs) const {
+    precision_of(inputs[0].dtype, "input 0 (hidden states)");
+    if (inputs[0].ndim != 3 || inputs[0].dims[2] != hidden_)
+      throw Error(PLX_ERR_INVALID_ARGUMENT, "input 0 (hidden states): expected shape [batch, seq, " +
+                                                std::to_string(hidden_) + "], got " +
+                                                shape_string(inputs[0].dims, inputs[0].ndim));
+    if (!plx_dtype_equal(inputs[1].dtype, plx_dtype_i32()))
+      throw Error(PLX_ERR_INVALID_ARGUMENT,
+                  "input 1 (targets): expected dtype int32, got " + plexus::sdk::dtype_name(inputs[1].dtype));
+    if (inputs[1].ndim != 2 || inputs[1].dims[0] != inputs[0].dims[0] ||
+        inputs[1].dims[1] != inputs[0].dims[1])
+      throw Error(PLX_ERR_INVALID_ARGUMENT, "input 1 (targets): expected shape " +
+                                                shape_string({inputs[0].dims[0], inputs[0].dims[1]}) +
+                                                ", got " + shape_string(inputs[1].dims, inputs[1].ndim));
+  }
+
+  template <class T>
+  void run_forward(HeadState& st, const plx_forward_args& args) {
+    const DLDataType dt = dtype_of(precision_v<T>);
+    int64_t batch = 0, seq = 0;
+    expect_hidden(args.inputs[0], dt, hidden_, "input 0 (hidden states)", batch, seq);
+    expect_tensor(args.inputs[1], plx_dtype_i32(), {batch, seq}, "input 1 (targets)");
+    expect_tensor(args.outputs[0], dt, {1}, "output 0 (loss)");
+    expect_tensor(args.outputs[1], dt, {batch, seq, vocab_}, "output 1 (logits)");
+    expect_params(args.params, nullptr, dt);
+    const int64_t n = batch * seq;
+    const int32_t* targets = data<int32_t>(args.inputs[1]);
+    if (const int64_t bad = k::first_invalid_id(n, targets, vocab_, true, kIgnore); bad >= 0)
+      throw Error(PLX_ERR_INVALID_ARGUMENT, "target " + std::to_string(targets[bad]) + " at [" +
+                                                std::to_string(bad / seq) + ", " + std::to_string(bad % seq) +
+                                                "] is out of range for vocab_size " + std::to_string(vocab_) +
+                                                " (valid: 0.." + std::to_string(vocab_ - 1) +
+                                                ", or -1 to ignore)");
+    const bool train = (args.flags & PLX_FORWARD_TRAINING) != 0;
+    st.saved = train;
+    st.precision = precision_v<T>;
+    st.batch = batch;
+    st.seq = seq;
+
+    const T* h = data<T>(args.inputs[0]);
+    T* logits = data<T>(args.outputs[1]);
+    k::gemm_parallel<T>(Trans::N, Trans::T, n, vocab_, hidden_, T(1), h, hidden_, data<T>(args.params[0]),
+                        hidden_, T(0), logits, vocab_);
+    T* grad = train ? st.grad.get<T>(static_cast<std::size_t>(n * vocab_)) : nullptr;
+    const k::CrossEntropyResult ce = k::cross_entropy_forward<T>(n, vocab_, logits, targets, grad, kIgnore);
+    *data<T>(args.outputs[0]) =
+        ce.count > 0 ? static_cast<T>(ce.loss_sum / static_cast<double>(ce.count)) : T(0);
+    st.count = ce.count;
+    if (train) {
+      T* saved_h = st.h.get<T>(static_cast<std::size_t>(n * hidden_));
+      for (int64_t i = 0; i < n * hidden_; ++i) saved_h[i] = h[i];
+    }
+  }
+
+  template <class T>
+  void run_backward(HeadState& st, const plx_backward_args& args) {
+    const DLDataType dt = dtype_of(precision_v<T>);
+    // grad output 0: dL/dloss as a [1] tensor (float32 or float64: the engine seeds it in float32).
+    const DLTensor& seed = args.grad_outputs[0];
+    const Precision seed_precision = precision_of(seed.dtype, "grad output 0 (dL/dloss)");
+    expect_tensor(seed, seed.dtype, {1}, "grad output 0 (dL/dloss)");
+    const double s =
+        seed_precision == Precision::f32 ? static_cast<double>(*data<float>(seed)) : *data<double>(seed);
+    // grad output 1 (logits) is not used: the loss is the only thing differentiated.
+    const int64_t batch = st.batch, seq = st.seq, n = batch * seq;
+    const DLTensor& dh_t = args.grad_inputs[0];
+    if (dh_t.data != nullptr) expect_tensor(dh_t, dt, {batch, seq, hidden_}, "grad input 0");
+    expect_params(args.params, args.param_grads, dt);
+    T* dh = dh_t.data != nullptr ? data<T>(dh_t) : nullptr;
+    T* dw = grad_or_null<T>(args.param_grads, 0);
+
+    if (st.count == 0) {  // the loss is the constant 0
+      if (dh != nullptr)
+        for (int64_t i = 0; i < n * hidden_; ++i) dh[i] = T(0);
+      return;
+    }
+    const auto scale = static_cast<T>(s / static_cast<double>(st.count));
+    const T* g = st.grad.data<T>();
+    // logits = h W^T, dL/dlogits = scale * g:  dh = scale g W,  dW += scale g^T h.
+    if (dh != nullptr)
+      k::gemm_parallel<T>(Trans::N, Trans::N, n, hidden_, vocab_, scale, g, vocab_, data<T>(args.params[0]),
+                          hidden_, T(0), dh, hidden_);
+    if (dw != nullptr)
+      k::gemm_parallel<T>(Trans::T, Trans::N, vocab_, hidden_, n, scale, g, vocab_, st.h.data<T>(), hidden_,
+                          T(1), dw, hidden_);
+  }
+
+  int64_t vocab_ = 0, hidden_ = 0;
+};
+
+}  // namespace
+
+const plx_component_desc* lm_head_component() {
+  static const plx_component_desc desc =
+      plexus::sdk::layer_component<LmHead>("transformer.lm_head",
+                                           "output layer and loss: logits = h W^T, loss = mean cross-entropy "
+                                           "over targets != -1 (tied or untied W)",
+                                           kEmptySchema);
+  return &desc;
+}
+
+}  // namespace plexus::transformer

@@ -1,0 +1,221 @@
+// transformer.mlp: pre-norm MLP, F only: f = act(norm(x) W1^T) W2^T with gelu (exact) or swiglu.
+#include <cmath>
+#include <memory>
+
+#include "common.hpp"
+#include "plexus_kernels/activation.hpp"
+#include "plexus_kernels/buffer.hpp"
+#include "plexus_kernels/gemm.hpp"
+
+namespace plexus::transformer {
+namespace {
+
+namespace k = plexus::kernels;
+using k::Trans;
+
+class MlpState : public plexus::sdk::LayerState {
+ public:
+  bool saved = false;
+  Precision precision = Precision::f32;
+  int64_t batch = 0, seq = 0;
+  k::Buffer xhat, rstd;  // the pre-norm
+  k::Buffer a;           // fc1 output (pre-activation), [N, F] or [N, 2F]
+  k::Buffer act;         // activation output, [N, F]
+};
+
+class Mlp final : public TransformerLayer {
+ public:
+  explicit Mlp(const plx_layer_create_args& args) : TransformerLayer("transformer.mlp", args) {
+    const auto host = plexus::sdk::Host::current();
+    const plx_config m = args.model_config;
+    hidden_ = positive_int(host, m, "hidden_size");
+    ffn_ = positive_int(host, m, "ffn_hidden_size");
+    const int64_t layers = positive_int(host, m, "num_layers");
+    norm_ = NormSpec::read(host, m, hidden_);
+    const double std_dev = positive_number(host, m, "init_method_std");
+    const std::string activation = host.config_string(m, "activation");
+    if (activation == "gelu") {
+      swiglu_ = false;
+    } else if (activation == "swiglu") {
+      swiglu_ = true;
+    } else {
+      throw Error(PLX_ERR_INVALID_ARGUMENT,
+                  "model activation must be \"gelu\" or \"swiglu\", got \"" + activation + "\"");
+    }
+    fc1_rows_ = swiglu_ ? 2 * ffn_ : ffn_;
+
+    params_.push_back(
+        make_param("pre_mlp_layernorm.weight", {hidden_}, PLX_INIT_ONES, 0, PLX_PARAM_NO_WEIGHT_DECAY));
+    if (!norm_.rms)
+      params_.push_back(
+          make_param("pre_mlp_layernorm.bias", {hidden_}, PLX_INIT_ZEROS, 0, PLX_PARAM_NO_WEIGHT_DECAY));
+    fc1_index_ = static_cast<uint32_t>(params_.size());
+    params_.push_back(make_param("mlp.linear_fc1.weight", {fc1_rows_, hidden_}, PLX_INIT_NORMAL, std_dev, 0));
+    params_.push_back(make_param("mlp.linear_fc2.weight", {hidden_, ffn_}, PLX_INIT_NORMAL,
+                                 std_dev / std::sqrt(2.0 * static_cast<double>(layers)), 0));
+  }
+
+  plx_layer_info info() const override {
+    plx_layer_info i{};
+    i.struct_size = sizeof(i);
+    i.num_params = static_cast<uint32_t>(params_.size());
+    i.num_stages = 1;
+    i.num_inputs = 1;
+    i.num_outputs = 1;
+    return i;
+  }
+
+  void output_desc(uint32_t num_inputs, const plx_tensor_desc* inputs, uint32_t num_outputs,
+                   plx_tensor_desc* outputs) const override {
+    expect_descs("output_desc", num_inputs, num_outputs);
+    expect_hidden_desc(inputs[0]);
+    outputs[0] = inputs[0];
+  }
+
+  std::unique_ptr<plexus::sdk::LayerState> create_state(uint32_t) override {
+    return std::make_unique<MlpState>();
+  }
+
+  void forward(plexus::sdk::LayerState& state, uint32_t stage, const plx_forward_args& args) override {
+    expect_call("forward", stage, args.num_inputs, args.num_outputs, args.num_params);
+    if (precision_of(args.inputs[0].dtype, "input 0 (hidden states)") == Precision::f32)
+      run_forward<float>(static_cast<MlpState&>(state), args);
+    else
+      run_forward<double>(static_cast<MlpState&>(state), args);
+  }
+
+  void backward(plexus::sdk::LayerState& state, uint32_t stage, const plx_backward_args& args) override {
+    expect_call("backward", stage, args.num_inputs, args.num_outputs, args.num_params);
+    if (precision_of(args.grad_outputs[0].dtype, "grad output 0") == Precision::f32)
+      run_backward<float>(static_cast<MlpState&>(state), args);
+    else
+      run_backward<double>(static_cast<MlpState&>(state), args);
+  }
+
+  // Matrix products only, 2 FLOPs per multiply-add: fc1 ([N, C] x [C, F or 2F]) and fc2
+  // ([N, F] x [F, C]). Backward (input and weight gradients): twice the forward.
+  void estimate_flops(uint32_t num_inputs, const plx_tensor_desc* inputs, double& forward,
+                      double& backward) const override {
+    expect_descs("estimate_flops", num_inputs, 1);
+    expect_hidden_desc(inputs[0]);
+    const double n = static_cast<double>(inputs[0].dims[0]) * static_cast<double>(inputs[0].dims[1]);
+    forward = 2 * n * static_cast<double>(hidden_) * static_cast<double>(fc1_rows_ + ffn_);
+    backward = 2 * forward;
+  }
+
+ private:
+  void expect_hidden_desc(const plx_tensor_desc& d) const {
+    precision_of(d.dtype, "input 0 (hidden states)");
+    if (d.ndim != 3 || d.dims[2] != hidden_)
+      throw Error(PLX_ERR_INVALID_ARGUMENT, "input 0 (hidden states): expected shape [batch, seq, " +
+                                                std::to_string(hidden_) + "], got " +
+                                                shape_string(d.dims, d.ndim));
+  }
+
+  template <class T>
+  void run_forward(MlpState& st, const plx_forward_args& args) {
+    const DLDataType dt = dtype_of(precision_v<T>);
+    int64_t batch = 0, seq = 0;
+    expect_hidden(args.inputs[0], dt, hidden_, "input 0 (hidden states)", batch, seq);
+    expect_tensor(args.outputs[0], dt, {batch, seq, hidden_}, "output 0");
+    expect_params(args.params, nullptr, dt);
+    const int64_t n = batch * seq;
+    const auto sz = [](int64_t v) { return static_cast<std::size_t>(v); };
+    const bool train = (args.flags & PLX_FORWARD_TRAINING) != 0;
+    st.saved = train;
+    st.precision = precision_v<T>;
+    st.batch = batch;
+    st.seq = seq;
+
+    const T* w_norm = data<T>(args.params[0]);
+    const T* b_norm = norm_.rms ? nullptr : data<T>(args.params[1]);
+    const T* w1 = data<T>(args.params[fc1_index_]);
+    const T* w2 = data<T>(args.params[fc1_index_ + 1]);
+
+    k::Buffer u_buf, a_local, act_local;
+    T* u = u_buf.get<T>(sz(n * hidden_));
+    T* xhat = train ? st.xhat.get<T>(sz(n * hidden_)) : nullptr;
+    T* rstd = train ? st.rstd.get<T>(sz(n)) : nullptr;
+    norm_.forward<T>(n, data<T>(args.inputs[0]), w_norm, b_norm, u, xhat, rstd);
+
+    T* a = (train ? st.a : a_local).get<T>(sz(n * fc1_rows_));
+    k::gemm_parallel<T>(Trans::N, Trans::T, n, fc1_rows_, hidden_, T(1), u, hidden_, w1, hidden_, T(0), a,
+                        fc1_rows_);
+    T* act = (train ? st.act : act_local).get<T>(sz(n * ffn_));
+    if (swiglu_)
+      k::swiglu_forward<T>(n, ffn_, a, act);
+    else
+      k::gelu_forward<T>(n * ffn_, a, act);
+    k::gemm_parallel<T>(Trans::N, Trans::T, n, hidden_, ffn_, T(1), act, ffn_, w2, ffn_, T(0),
+                        data<T>(args.outputs[0]), hidden_);
+  }
+
+  template <class T>
+  void run_backward(MlpState& st, const plx_backward_args& args) {
+    const DLDataType dt = dtype_of(precision_v<T>);
+    int64_t batch = 0, seq = 0;
+    expect_hidden(args.grad_outputs[0], dt, hidden_, "grad output 0", batch, seq);
+    expect_saved(st.saved, st.precision, precision_v<T>, st.batch, st.seq, batch, seq);
+    const DLTensor& dx_t = args.grad_inputs[0];
+    if (dx_t.data != nullptr) expect_tensor(dx_t, dt, {batch, seq, hidden_}, "grad input 0");
+    expect_params(args.params, args.param_grads, dt);
+    const int64_t n = batch * seq;
+    const auto sz = [](int64_t v) { return static_cast<std::size_t>(v); };
+
+    const T* dy = data<T>(args.grad_outputs[0]);
+    const T* w_norm = data<T>(args.params[0]);
+    const T* b_norm = norm_.rms ? nullptr : data<T>(args.params[1]);
+    const T* w1 = data<T>(args.params[fc1_index_]);
+    const T* w2 = data<T>(args.params[fc1_index_ + 1]);
+    T* dw_norm = grad_or_null<T>(args.param_grads, 0);
+    T* db_norm = norm_.rms ? nullptr : grad_or_null<T>(args.param_grads, 1);
+    T* dw1 = grad_or_null<T>(args.param_grads, fc1_index_);
+    T* dw2 = grad_or_null<T>(args.param_grads, fc1_index_ + 1);
+    T* dx = dx_t.data != nullptr ? data<T>(dx_t) : nullptr;
+    const T* a = st.a.data<T>();
+    const T* act = st.act.data<T>();
+
+    // f = act W2^T:  dact = df W2,  dW2 += df^T act.
+    k::Buffer dact_buf, da_buf, work_buf;
+    T* dact = dact_buf.get<T>(sz(n * ffn_));
+    k::gemm_parallel<T>(Trans::N, Trans::N, n, ffn_, hidden_, T(1), dy, hidden_, w2, ffn_, T(0), dact, ffn_);
+    if (dw2 != nullptr)
+      k::gemm_parallel<T>(Trans::T, Trans::N, hidden_, ffn_, n, T(1), dy, hidden_, act, ffn_, T(1), dw2,
+                          ffn_);
+
+    // Through the activation.
+    T* da = swiglu_ ? da_buf.get<T>(sz(n * fc1_rows_)) : dact;  // gelu: in place
+    if (swiglu_)
+      k::swiglu_backward<T>(n, ffn_, a, dact, da);
+    else
+      k::gelu_backward<T>(n * ffn_, a, dact, da);
+
+    // a = u W1^T:  dW1 += da^T u,  du = da W1; then the norm's backward.
+    T* work = work_buf.get<T>(sz(n * hidden_));  // u, then du
+    if (dw1 != nullptr) {
+      norm_.apply<T>(n, st.xhat.data<T>(), w_norm, b_norm, work);
+      k::gemm_parallel<T>(Trans::T, Trans::N, fc1_rows_, hidden_, n, T(1), da, fc1_rows_, work, hidden_, T(1),
+                          dw1, hidden_);
+    }
+    if (dx != nullptr || dw_norm != nullptr || db_norm != nullptr) {
+      k::gemm_parallel<T>(Trans::N, Trans::N, n, hidden_, fc1_rows_, T(1), da, fc1_rows_, w1, hidden_, T(0),
+                          work, hidden_);
+      norm_.backward<T>(n, work, st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx, dw_norm, db_norm);
+    }
+  }
+
+  int64_t hidden_ = 0, ffn_ = 0, fc1_rows_ = 0;
+  bool swiglu_ = false;
+  uint32_t fc1_index_ = 1;
+  NormSpec norm_;
+};
+
+}  // namespace
+
+const plx_component_desc* mlp_component() {
+  static const plx_component_desc desc = plexus::sdk::layer_component<Mlp>(
+      "transformer.mlp", "pre-norm MLP (gelu or swiglu), F only: f = fc2(act(fc1(norm(x))))", kEmptySchema);
+  return &desc;
+}
+
+}  // namespace plexus::transformer

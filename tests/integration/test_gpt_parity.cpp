@@ -1,0 +1,161 @@
+// Whole-model parity with a PyTorch reference (tests/reference/gpt_reference.py, run with the
+// system python and Debian's python3-torch): the same weights (handed over as a safetensors
+// file), the same microbatches; the loss, every gradient, and the losses of 10 AdamW steps.
+// Skipped (not passed) where /usr/bin/python3 cannot import torch.
+#define BOOST_TEST_MODULE gpt_parity
+#include <boost/json.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+#include "plexus/core/checkpoint/safetensors.hpp"
+#include "plexus/core/engine/model.hpp"
+#include "plexus/core/engine/optimizer.hpp"
+#include "plexus/core/run_config.hpp"
+#include "run_process.hpp"
+#include "temp_dir.hpp"
+
+namespace {
+
+const std::string kPython = "/usr/bin/python3";
+
+bool torch_available() {
+  return plexus::test::run_process(kPython + " -c 'import torch'").status == 0;
+}
+
+std::span<const std::byte> bytes_of(const plexus::Tensor& t) {
+  return {static_cast<const std::byte*>(t.raw()), t.bytes()};
+}
+
+struct Setup {
+  boost::json::value run_config;
+  plexus::PluginHost host;
+  explicit Setup(const std::vector<std::string>& overrides) {
+    std::vector<std::string> all = {
+        "model.vocab_size=50", "model.hidden_size=32", "model.num_layers=2", "model.num_attention_heads=4",
+        "model.ffn_hidden_size=40", "model.seq_length=16", "optimizer.lr=0.01", "optimizer.min_lr=0.001",
+        "optimizer.lr_warmup_steps=3", "train.steps=10", "optimizer.clip_grad=0.5"};
+    all.insert(all.end(), overrides.begin(), overrides.end());
+    run_config = plexus::load_run_config(std::nullopt, all);
+    plexus::load_configured_plugins(host, run_config, {{std::string(PLEXUS_BUILD_DIR) + "/lib/plexus/plugins"}, false});
+    plexus::check_components(host, run_config);
+  }
+};
+
+// Relative error of a tensor against the reference, scaled by the reference's largest value:
+// per-element relative error is meaningless for gradients near zero.
+double scaled_error(const float* ours, const float* ref, std::size_t n) {
+  double max_diff = 0, max_ref = 1e-30;
+  for (std::size_t i = 0; i < n; ++i) {
+    max_diff = std::max(max_diff, std::abs(static_cast<double>(ours[i]) - ref[i]));
+    max_ref = std::max(max_ref, std::abs(static_cast<double>(ref[i])));
+  }
+  return max_diff / max_ref;
+}
+
+void check_parity(const std::vector<std::string>& overrides) {
+  Setup setup(overrides);
+  plexus::Model model(setup.host, setup.run_config);
+  model.initialize(7);
+  const auto& settings = model.settings();
+  const int64_t microbatches = 2, batch = 2, seq = settings.seq_length;
+
+  // Random tokens and targets; some targets are -1 (ignored by the loss).
+  std::mt19937 gen(11);
+  std::vector<plexus::Batch> batches;
+  plexus::Tensor all_tokens({microbatches, batch, seq}, plx_dtype_i32());
+  plexus::Tensor all_targets({microbatches, batch, seq}, plx_dtype_i32());
+  for (int64_t mb = 0; mb < microbatches; ++mb) {
+    plexus::Batch b{plexus::Tensor({batch, seq}, plx_dtype_i32()), plexus::Tensor({batch, seq}, plx_dtype_i32())};
+    for (int64_t i = 0; i < batch * seq; ++i) {
+      const auto token = static_cast<int32_t>(gen() % static_cast<unsigned>(settings.vocab_size));
+      const auto target = i % 7 == 3 ? -1 : static_cast<int32_t>(gen() % static_cast<unsigned>(settings.vocab_size));
+      b.tokens.data<int32_t>()[i] = token;
+      b.targets.data<int32_t>()[i] = target;
+      all_tokens.data<int32_t>()[mb * batch * seq + i] = token;
+      all_targets.data<int32_t>()[mb * batch * seq + i] = target;
+    }
+    batches.push_back(std::move(b));
+  }
+
+  plexus::test::TempDir dir;
+  plexus::checkpoint::SafetensorsWriter weights;
+  boost::json::array no_decay;
+  for (std::size_t i = 0; i < model.parameters().size(); ++i) {
+    const plexus::Parameter& p = model.parameters()[i];
+    weights.add(p.name, plexus::checkpoint::DType::f32, p.value.shape(), bytes_of(p.value));
+    if (!p.decays()) no_decay.emplace_back(p.name);
+  }
+  weights.write(dir.path() / "init.safetensors");
+  plexus::checkpoint::SafetensorsWriter batch_file;
+  batch_file.add("tokens", plexus::checkpoint::DType::i32, all_tokens.shape(), bytes_of(all_tokens));
+  batch_file.add("targets", plexus::checkpoint::DType::i32, all_targets.shape(), bytes_of(all_targets));
+  batch_file.write(dir.path() / "batch.safetensors");
+  boost::json::object model_spec = settings.layer_config;
+  const boost::json::object spec{{"model", model_spec},
+                                 {"no_decay", no_decay},
+                                 {"optimizer", setup.run_config.at("optimizer")},
+                                 {"steps", 10}};
+  std::ofstream(dir.path() / "spec.json") << boost::json::serialize(spec);
+
+  // Ours: one step's loss and gradients, then 10 AdamW steps on the same microbatches.
+  const plexus::SchedulerInstance scheduler(setup.host.get(PLX_KIND_SCHEDULER, "sequential"), nullptr);
+  plexus::AdamW adam(model.parameters(), plexus::OptimizerSettings::from_run_config(setup.run_config));
+  std::vector<double> losses;
+  std::vector<std::vector<float>> first_grads;
+  for (int64_t step = 0; step < 10; ++step) {
+    model.parameters().zero_grads();
+    losses.push_back(model.forward_backward(scheduler, batches));
+    if (step == 0)
+      for (std::size_t i = 0; i < model.parameters().size(); ++i) {
+        const plexus::Tensor& g = model.parameters()[i].grad;
+        first_grads.emplace_back(g.data<float>(), g.data<float>() + g.numel());
+      }
+    adam.step(step);
+  }
+
+  const std::string script = std::string(PLEXUS_SOURCE_DIR) + "/tests/reference/gpt_reference.py";
+  const auto ref_run = plexus::test::run_process(
+      kPython + " " + plexus::test::quote(script) + " --spec " + plexus::test::quote((dir.path() / "spec.json").string()) +
+      " --weights " + plexus::test::quote((dir.path() / "init.safetensors").string()) + " --batch " +
+      plexus::test::quote((dir.path() / "batch.safetensors").string()) + " --out " +
+      plexus::test::quote((dir.path() / "ref.safetensors").string()));
+  BOOST_TEST_REQUIRE(ref_run.status == 0, ref_run.output);
+  const auto ref = plexus::checkpoint::SafetensorsFile::open(dir.path() / "ref.safetensors");
+
+  // fp32 against fp32 with different summation orders: the loss agrees to ~1e-6 relative;
+  // 1e-5 (the bar) leaves a margin of 10.
+  const double ref_loss = reinterpret_cast<const double*>(ref.tensor("loss").bytes.data())[0];
+  BOOST_TEST(losses[0] == ref_loss, boost::test_tools::tolerance(1e-5));
+  // Gradients pass through more reductions; 1e-4 of each tensor's largest element.
+  for (std::size_t i = 0; i < model.parameters().size(); ++i) {
+    const std::string& name = model.parameters()[i].name;
+    const auto view = ref.tensor("grad/" + name);
+    BOOST_TEST_REQUIRE(view.bytes.size() == first_grads[i].size() * sizeof(float), name);
+    const double err =
+        scaled_error(first_grads[i].data(), reinterpret_cast<const float*>(view.bytes.data()), first_grads[i].size());
+    BOOST_TEST(err < 1e-4, "gradient of " << name << ": scaled error " << err);
+  }
+  // Ten optimizer steps compound tiny differences; 1e-4 relative per loss is the bar.
+  const auto* ref_losses = reinterpret_cast<const double*>(ref.tensor("losses").bytes.data());
+  for (std::size_t s = 0; s < losses.size(); ++s) {
+    const double rel = std::abs(losses[s] - ref_losses[s]) / std::abs(ref_losses[s]);
+    BOOST_TEST(rel < 1e-4, "step " << s << ": ours " << losses[s] << ", torch " << ref_losses[s]);
+  }
+  BOOST_TEST(losses.back() < losses.front());  // the run actually trains
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(rmsnorm_gelu_mha_tied, *boost::unit_test::precondition([](auto) { return torch_available(); })) {
+  check_parity({});
+}
+
+BOOST_AUTO_TEST_CASE(layernorm_swiglu_gqa_untied,
+                     *boost::unit_test::precondition([](auto) { return torch_available(); })) {
+  check_parity({"model.normalization=\"LayerNorm\"", "model.activation=\"swiglu\"", "model.num_query_groups=2",
+                "model.untie_embeddings_and_output_weights=true"});
+}

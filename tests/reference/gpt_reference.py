@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""PyTorch reference of the Plexus GPT (plugins/transformer), for whole-model parity tests.
+
+Written from the layer contract in plugins/transformer/README.md, independently of the C++ code:
+  embedding -> num_layers x (x + Attention(x), x + MLP(x)) -> final norm -> LM head + mean CE.
+Weights are [out, in] (torch.nn.Linear); linear_qkv rows are grouped by query group
+(Megatron's layout: per group, its query heads, then its key head, then its value head);
+rotary embeddings are non-interleaved (rotate-half) over the whole head dim; a head that ties
+its weight uses "embedding.word_embeddings.weight".
+
+Usage (run with the system python, /usr/bin/python3, which sees Debian's python3-torch):
+  gpt_reference.py --spec spec.json --weights init.safetensors --batch batch.safetensors \
+                   --out result.safetensors
+spec.json: {"model": {...the resolved model section...}, "no_decay": [names],
+            "optimizer": {...}, "steps": N}
+result.safetensors: "loss" (float64 [1], the first step's loss), "grad/<name>" (the first
+step's gradients, float32), "losses" (float64 [N], the loss of each of N AdamW steps).
+"""
+import argparse
+import json
+import math
+import struct
+
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"F32": torch.float32, "F64": torch.float64, "I32": torch.int32, "I64": torch.int64}
+NAMES = {v: k for k, v in DTYPES.items()}
+
+
+def read_safetensors(path):
+    """Reads a .safetensors file as the format's spec defines it (u64 LE header size, JSON
+    header, then little-endian row-major data at data_offsets)."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    base = 8 + n
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        dtype = DTYPES[info["dtype"]]
+        data = bytearray(blob[base + begin:base + end])
+        t = torch.frombuffer(data, dtype=dtype) if len(data) else torch.empty(0, dtype=dtype)
+        tensors[name] = t.reshape(info["shape"]).clone()
+    return tensors
+
+
+def write_safetensors(path, tensors):
+    header, chunks, offset = {}, [], 0
+    for name, t in tensors.items():
+        data = t.contiguous().cpu().numpy().tobytes()
+        header[name] = {"dtype": NAMES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - (8 + len(text)) % 8) % 8)  # data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for c in chunks:
+            f.write(c)
+
+
+def norm(x, p, prefix, m):
+    w = p[prefix + "weight"]
+    if m["normalization"] == "RMSNorm":
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + m["layernorm_epsilon"]) * w
+    return F.layer_norm(x, (x.shape[-1],), w, p[prefix + "bias"], m["layernorm_epsilon"])
+
+
+def rope(x, base):
+    """x: [B, S, H, hd]; rotate-half RoPE at positions 0..S-1."""
+    s, hd = x.shape[1], x.shape[-1]
+    inv = base ** (-torch.arange(0, hd // 2, dtype=torch.float64) * 2.0 / hd)
+    angle = torch.arange(s, dtype=torch.float64)[:, None] * inv[None, :]
+    cos = angle.cos().to(x.dtype)[None, :, None, :]
+    sin = angle.sin().to(x.dtype)[None, :, None, :]
+    x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def attention(x, p, pre, m):
+    b, s, c = x.shape
+    nh, ng = m["num_attention_heads"], m["num_query_groups"]
+    hd, per = c // nh, nh // ng
+    u = norm(x, p, pre + "input_layernorm.", m)
+    qkv = (u @ p[pre + "self_attention.linear_qkv.weight"].T).view(b, s, ng, per + 2, hd)
+    q = qkv[:, :, :, :per, :].reshape(b, s, nh, hd)
+    k = qkv[:, :, :, per, :]
+    v = qkv[:, :, :, per + 1, :]
+    q, k = rope(q, m["rotary_base"]), rope(k, m["rotary_base"])
+    k = k.repeat_interleave(per, dim=2)  # query head h reads group h // per
+    v = v.repeat_interleave(per, dim=2)
+    scores = torch.einsum("bshd,bthd->bhst", q, k) / math.sqrt(hd)
+    mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+    probs = scores.masked_fill(mask, float("-inf")).softmax(-1)
+    o = torch.einsum("bhst,bthd->bshd", probs, v).reshape(b, s, nh * hd)
+    return o @ p[pre + "self_attention.linear_proj.weight"].T
+
+
+def mlp(x, p, pre, m):
+    u = norm(x, p, pre + "pre_mlp_layernorm.", m)
+    a = u @ p[pre + "mlp.linear_fc1.weight"].T
+    if m["activation"] == "swiglu":
+        f = m["ffn_hidden_size"]
+        act = F.silu(a[..., :f]) * a[..., f:]
+    else:
+        act = F.gelu(a)  # exact (erf) form
+    return act @ p[pre + "mlp.linear_fc2.weight"].T
+
+
+def forward(p, tokens, targets, m):
+    x = p["embedding.word_embeddings.weight"][tokens.long()]
+    for i in range(m["num_layers"]):
+        pre = f"decoder.layers.{i}."
+        x = x + attention(x, p, pre, m)
+        x = x + mlp(x, p, pre, m)
+    y = norm(x, p, "decoder.final_layernorm.", m)
+    head = "embedding.word_embeddings.weight" if not m["untie_embeddings_and_output_weights"] else "output_layer.weight"
+    logits = y @ p[head].T
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long(), ignore_index=-1)
+
+
+def learning_rate(o, step, total):
+    """The schedule of framework/src/engine/adamw.cpp: linear warmup, then cosine/linear decay."""
+    if step < o["lr_warmup_steps"]:
+        return o["lr"] * (step + 1) / o["lr_warmup_steps"]
+    if o["lr_decay_style"] == "constant":
+        return o["lr"]
+    progress = min(1.0, (step - o["lr_warmup_steps"]) / max(1, total - o["lr_warmup_steps"]))
+    factor = 1.0 - progress if o["lr_decay_style"] == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    return o["min_lr"] + (o["lr"] - o["min_lr"]) * factor
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--batch", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    spec = json.load(open(args.spec))
+    m, o, steps = spec["model"], spec["optimizer"], spec["steps"]
+    torch.set_num_threads(1)
+    params = {k: v.requires_grad_(True) for k, v in read_safetensors(args.weights).items()}
+    batch = read_safetensors(args.batch)
+    tokens, targets = batch["tokens"], batch["targets"]  # [microbatches, B, S]
+    no_decay = set(spec["no_decay"])
+    groups = [{"params": [t for n, t in params.items() if n not in no_decay], "weight_decay": o["weight_decay"]},
+              {"params": [t for n, t in params.items() if n in no_decay], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=o["lr"], betas=(o["adam_beta1"], o["adam_beta2"]), eps=o["adam_eps"])
+    out, losses = {}, []
+    for step in range(max(1, steps)):
+        opt.zero_grad()
+        total = 0.0
+        for mb in range(tokens.shape[0]):  # gradient accumulation, as the sequential scheduler
+            loss = forward(params, tokens[mb], targets[mb], m) / tokens.shape[0]
+            loss.backward()
+            total += loss.item()
+        losses.append(total)
+        if step == 0:
+            out["loss"] = torch.tensor([total], dtype=torch.float64)
+            for n, t in params.items():
+                out["grad/" + n] = t.grad.detach().clone()
+        if o["clip_grad"] > 0:
+            torch.nn.utils.clip_grad_norm_(list(params.values()), o["clip_grad"])
+        for g in opt.param_groups:
+            g["lr"] = learning_rate(o, step, steps)
+        opt.step()
+    out["losses"] = torch.tensor(losses, dtype=torch.float64)
+    write_safetensors(args.out, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,510 @@
+// The plexus_kernels static library (plugins/common/kernels): every kernel in float64 against a
+// naive reference on small, odd sizes (and sizes large enough to take the OpenMP-parallel paths);
+// backward kernels against central finite differences; the float32 approximations (exp, erf)
+// against float64.
+//
+// Tolerances: forward kernels compute the same sums as the references in another order, so
+// float64 results agree to ~1e-15 relative; 1e-12 leaves room for sums of a few hundred terms.
+// Finite differences use h = 1e-6 on functionals of magnitude <= ~100: rounding error ~1e-16 *
+// 100 / 1e-6 = 1e-8, truncation ~h^2 = 1e-12; they are checked at 1e-6 relative + 1e-7 absolute.
+#define BOOST_TEST_MODULE kernels
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "plexus_kernels/activation.hpp"
+#include "plexus_kernels/attention.hpp"
+#include "plexus_kernels/cross_entropy.hpp"
+#include "plexus_kernels/embedding.hpp"
+#include "plexus_kernels/gemm.hpp"
+#include "plexus_kernels/norm.hpp"
+#include "plexus_kernels/rope.hpp"
+#include "plexus_kernels/threading.hpp"
+
+namespace k = plexus::kernels;
+using k::Trans;
+using Vec = std::vector<double>;
+
+namespace {
+
+Vec random_vec(std::size_t n, std::mt19937_64& rng, double scale = 1.0) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  Vec v(n);
+  for (double& x : v) x = normal(rng) * scale;
+  return v;
+}
+
+std::size_t sz(int64_t v) {
+  return static_cast<std::size_t>(v);
+}
+
+void expect_close(const Vec& a, const Vec& b, double rel, double abs, const std::string& what) {
+  BOOST_TEST_CONTEXT(what) {
+    BOOST_TEST_REQUIRE(a.size() == b.size());
+    std::size_t bad = 0;
+    double worst = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const double err = std::abs(a[i] - b[i]);
+      worst = std::max(worst, err);
+      if (err > rel * std::abs(b[i]) + abs && ++bad <= 5)
+        BOOST_ERROR("element " << i << ": " << a[i] << " vs " << b[i]);
+    }
+    BOOST_TEST_MESSAGE(what << ": max |diff| " << worst);
+    BOOST_TEST(bad == 0u);
+  }
+}
+
+// Central differences of f over every element of x.
+Vec numeric_grad(Vec& x, const std::function<double()>& f, double h = 1e-6) {
+  Vec g(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + h;
+    const double plus = f();
+    x[i] = saved - h;
+    const double minus = f();
+    x[i] = saved;
+    g[i] = (plus - minus) / (2 * h);
+  }
+  return g;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+constexpr double kFdRel = 1e-6;
+constexpr double kFdAbs = 1e-7;
+
+// C = alpha op(A) op(B) + beta C, naive, row-major with leading dimensions.
+void naive_gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t kk, double alpha, const Vec& a, int64_t lda,
+                const Vec& b, int64_t ldb, double beta, Vec& c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < kk; ++p) {
+        const double av = ta == Trans::N ? a[sz(i * lda + p)] : a[sz(p * lda + i)];
+        const double bv = tb == Trans::N ? b[sz(p * ldb + j)] : b[sz(j * ldb + p)];
+        s += av * bv;
+      }
+      c[sz(i * ldc + j)] = alpha * s + beta * c[sz(i * ldc + j)];
+    }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(gemm_all_transposes_padded_and_parallel) {
+  std::mt19937_64 rng(1);
+  for (Trans ta : {Trans::N, Trans::T}) {
+    for (Trans tb : {Trans::N, Trans::T}) {
+      // Small odd sizes with padded rows (ld > row length), and sizes that take the parallel split
+      // by rows (m >= n) and by columns (n > m).
+      struct Size {
+        int64_t m, n, kk;
+      };
+      for (const Size s : {Size{7, 5, 3}, Size{131, 97, 83}, Size{67, 149, 101}}) {
+        BOOST_TEST_CONTEXT("ta " << static_cast<int>(ta) << " tb " << static_cast<int>(tb) << " m " << s.m
+                                 << " n " << s.n << " k " << s.kk) {
+          const int64_t a_rows = ta == Trans::N ? s.m : s.kk, a_cols = ta == Trans::N ? s.kk : s.m;
+          const int64_t b_rows = tb == Trans::N ? s.kk : s.n, b_cols = tb == Trans::N ? s.n : s.kk;
+          const int64_t lda = a_cols + 2, ldb = b_cols + 1, ldc = s.n + 3;
+          const Vec a = random_vec(sz(a_rows * lda), rng), b = random_vec(sz(b_rows * ldb), rng);
+          const Vec c0 = random_vec(sz(s.m * ldc), rng);
+          Vec expected = c0;
+          naive_gemm(ta, tb, s.m, s.n, s.kk, 0.7, a, lda, b, ldb, 0.3, expected, ldc);
+          Vec c = c0;
+          k::gemm<double>(ta, tb, s.m, s.n, s.kk, 0.7, a.data(), lda, b.data(), ldb, 0.3, c.data(), ldc);
+          expect_close(c, expected, 1e-12, 1e-12, "gemm");
+          c = c0;
+          k::gemm_parallel<double>(ta, tb, s.m, s.n, s.kk, 0.7, a.data(), lda, b.data(), ldb, 0.3, c.data(),
+                                   ldc);
+          expect_close(c, expected, 1e-12, 1e-12, "gemm_parallel");
+        }
+      }
+    }
+  }
+  // k == 0: C = beta C.
+  Vec c = {1, 2, 3, 4};
+  const Vec none(1, 0.0);
+  k::gemm<double>(Trans::N, Trans::N, 2, 2, 0, 1.0, none.data(), 1, none.data(), 2, 0.5, c.data(), 2);
+  BOOST_TEST(c == Vec({0.5, 1, 1.5, 2}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(norms_forward_and_backward) {
+  std::mt19937_64 rng(2);
+  const double eps = 1e-5;
+  for (bool rms : {true, false}) {
+    // Small (serial) and large enough for the parallel paths (rows * cols >= 16384).
+    for (int64_t rows : {7, 1031}) {
+      const int64_t cols = rows == 7 ? 13 : 17;
+      BOOST_TEST_CONTEXT((rms ? "RMSNorm" : "LayerNorm") << " rows " << rows) {
+        Vec x = random_vec(sz(rows * cols), rng, 2.0), w = random_vec(sz(cols), rng),
+            b = random_vec(sz(cols), rng);
+        const auto naive = [&](const Vec& xv, const Vec& wv, const Vec& bv, Vec& y, Vec& xhat, Vec& rstd) {
+          for (int64_t r = 0; r < rows; ++r) {
+            double mean = 0, var = 0;
+            for (int64_t c = 0; c < cols; ++c) mean += xv[sz(r * cols + c)] / static_cast<double>(cols);
+            if (rms) mean = 0;  // RMSNorm: mean of squares, no centering
+            for (int64_t c = 0; c < cols; ++c)
+              var +=
+                  (xv[sz(r * cols + c)] - mean) * (xv[sz(r * cols + c)] - mean) / static_cast<double>(cols);
+            rstd[sz(r)] = 1 / std::sqrt(var + eps);
+            for (int64_t c = 0; c < cols; ++c) {
+              xhat[sz(r * cols + c)] = (xv[sz(r * cols + c)] - mean) * rstd[sz(r)];
+              y[sz(r * cols + c)] = xhat[sz(r * cols + c)] * wv[sz(c)] + (rms ? 0.0 : bv[sz(c)]);
+            }
+          }
+        };
+        Vec ye(x.size()), he(x.size()), re(sz(rows)), y(x.size()), h(x.size()), rs(sz(rows));
+        naive(x, w, b, ye, he, re);
+        if (rms)
+          k::rmsnorm_forward<double>(rows, cols, x.data(), w.data(), eps, y.data(), h.data(), rs.data());
+        else
+          k::layernorm_forward<double>(rows, cols, x.data(), w.data(), b.data(), eps, y.data(), h.data(),
+                                       rs.data());
+        expect_close(y, ye, 1e-12, 1e-12, "y");
+        expect_close(h, he, 1e-12, 1e-12, "xhat");
+        expect_close(rs, re, 1e-12, 1e-12, "rstd");
+        Vec apply(x.size());
+        k::norm_apply<double>(rows, cols, h.data(), w.data(), rms ? nullptr : b.data(), apply.data());
+        expect_close(apply, ye, 1e-12, 1e-12, "norm_apply");
+        Vec y_only(x.size());  // without xhat/rstd (inference)
+        if (rms)
+          k::rmsnorm_forward<double>(rows, cols, x.data(), w.data(), eps, y_only.data(), nullptr, nullptr);
+        else
+          k::layernorm_forward<double>(rows, cols, x.data(), w.data(), b.data(), eps, y_only.data(), nullptr,
+                                       nullptr);
+        expect_close(y_only, ye, 1e-12, 1e-12, "y without saving");
+
+        // Backward of L = sum(r * y); gradients of w and b start at 1 (accumulated into).
+        const Vec rv = random_vec(x.size(), rng);
+        Vec dx(x.size(), 99.0), dw(sz(cols), 1.0), db(sz(cols), 1.0);
+        if (rms)
+          k::rmsnorm_backward<double>(rows, cols, rv.data(), h.data(), rs.data(), w.data(), dx.data(),
+                                      dw.data());
+        else
+          k::layernorm_backward<double>(rows, cols, rv.data(), h.data(), rs.data(), w.data(), dx.data(),
+                                        dw.data(), db.data());
+        if (rows > 7) continue;  // finite differences on the small case only
+        const auto objective = [&] {
+          Vec yy(x.size()), hh(x.size()), rr(sz(rows));
+          naive(x, w, b, yy, hh, rr);
+          return dot(rv, yy);
+        };
+        expect_close(dx, numeric_grad(x, objective), kFdRel, kFdAbs, "dx");
+        Vec gw = numeric_grad(w, objective);
+        for (double& g : gw) g += 1.0;
+        expect_close(dw, gw, kFdRel, kFdAbs, "dw (+= onto 1)");
+        if (!rms) {
+          Vec gb = numeric_grad(b, objective);
+          for (double& g : gb) g += 1.0;
+          expect_close(db, gb, kFdRel, kFdAbs, "db (+= onto 1)");
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(norm_backward_parallel_equals_serial_formula) {
+  // The large case above only ran; here its result is compared with the closed form.
+  std::mt19937_64 rng(3);
+  const int64_t rows = 1031, cols = 17;
+  const Vec x = random_vec(sz(rows * cols), rng), w = random_vec(sz(cols), rng),
+            dy = random_vec(sz(rows * cols), rng);
+  Vec y(x.size()), h(x.size()), rs(sz(rows)), dx(x.size()), dw(sz(cols), 0.0);
+  k::rmsnorm_forward<double>(rows, cols, x.data(), w.data(), 1e-6, y.data(), h.data(), rs.data());
+  k::rmsnorm_backward<double>(rows, cols, dy.data(), h.data(), rs.data(), w.data(), dx.data(), dw.data());
+  Vec dx_e(x.size()), dw_e(sz(cols), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      m += dy[sz(r * cols + c)] * w[sz(c)] * h[sz(r * cols + c)] / static_cast<double>(cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      dx_e[sz(r * cols + c)] = rs[sz(r)] * (dy[sz(r * cols + c)] * w[sz(c)] - h[sz(r * cols + c)] * m);
+      dw_e[sz(c)] += dy[sz(r * cols + c)] * h[sz(r * cols + c)];
+    }
+  }
+  expect_close(dx, dx_e, 1e-12, 1e-12, "dx");
+  expect_close(dw, dw_e, 1e-12, 1e-12, "dw");
+}
+
+BOOST_AUTO_TEST_CASE(rope_tables_rotation_and_inverse) {
+  std::mt19937_64 rng(4);
+  const int64_t seq = 7, hd = 6, half = 3, rows = 2 * seq, ld = 15;
+  const double base = 500.0;
+  Vec cs(sz(seq * half)), sn(sz(seq * half));
+  k::rope_tables<double>(seq, hd, base, cs.data(), sn.data());
+  for (int64_t p = 0; p < seq; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(p) * std::pow(base, -2.0 * static_cast<double>(i) / hd);
+      BOOST_TEST(cs[sz(p * half + i)] == std::cos(angle), boost::test_tools::tolerance(1e-14));
+      BOOST_TEST(sn[sz(p * half + i)] == std::sin(angle), boost::test_tools::tolerance(1e-14));
+    }
+  const Vec x0 = random_vec(sz(rows * ld), rng);
+  const std::vector<int64_t> cols = {1, 8};  // two heads; columns 0 and 7 and 14 untouched
+  Vec x = x0;
+  k::rope_apply<double>(x.data(), rows, seq, ld, cols.data(), 2, hd, cs.data(), sn.data(), false);
+  Vec expected = x0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t pos = r % seq;
+    for (int64_t c : cols)
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = static_cast<double>(pos) * std::pow(base, -2.0 * static_cast<double>(i) / hd);
+        const double a = x0[sz(r * ld + c + i)], b = x0[sz(r * ld + c + i + half)];
+        expected[sz(r * ld + c + i)] = a * std::cos(angle) - b * std::sin(angle);
+        expected[sz(r * ld + c + i + half)] = b * std::cos(angle) + a * std::sin(angle);
+      }
+  }
+  expect_close(x, expected, 1e-13, 1e-13, "rotation");
+  k::rope_apply<double>(x.data(), rows, seq, ld, cols.data(), 2, hd, cs.data(), sn.data(), true);
+  expect_close(x, x0, 1e-13, 1e-13, "inverse after rotation");
+}
+
+namespace {
+
+// Naive causal GQA attention over the layout; returns out [B*S, H*hd].
+Vec naive_attention(const k::AttentionLayout& l, const Vec& qkv) {
+  const int64_t S = l.seq, hd = l.head_dim, H = l.heads, per = l.heads / l.groups;
+  Vec out(sz(l.batch * S * H * hd), 0.0);
+  for (int64_t b = 0; b < l.batch; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / per;
+      const int64_t qc = l.q_offset + g * l.q_group_stride + (h % per) * hd;
+      const int64_t kc = l.k_offset + g * l.kv_group_stride, vc = l.v_offset + g * l.kv_group_stride;
+      for (int64_t s = 0; s < S; ++s) {
+        Vec p(sz(s + 1));
+        double mx = -1e300, sum = 0;
+        for (int64_t t = 0; t <= s; ++t) {
+          double d = 0;
+          for (int64_t i = 0; i < hd; ++i)
+            d += qkv[sz((b * S + s) * l.ld + qc + i)] * qkv[sz((b * S + t) * l.ld + kc + i)];
+          p[sz(t)] = d / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, p[sz(t)]);
+        }
+        for (double& e : p) sum += (e = std::exp(e - mx));
+        for (int64_t t = 0; t <= s; ++t)
+          for (int64_t i = 0; i < hd; ++i)
+            out[sz((b * S + s) * H * hd + h * hd + i)] +=
+                p[sz(t)] / sum * qkv[sz((b * S + t) * l.ld + vc + i)];
+      }
+    }
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(attention_forward_matches_naive) {
+  std::mt19937_64 rng(5);
+  // Megatron layout, sequences over one and two query blocks, MHA and GQA, odd head dim.
+  for (int64_t seq : {5, 70}) {
+    for (int64_t groups : {4, 2, 1}) {
+      BOOST_TEST_CONTEXT("seq " << seq << " groups " << groups) {
+        const auto l = k::AttentionLayout::megatron(2, seq, 4, groups, 5);
+        const Vec qkv = random_vec(sz(l.batch * seq * l.ld), rng);
+        const Vec expected = naive_attention(l, qkv);
+        Vec out(expected.size(), 7.0), probs(sz(l.batch * l.heads * seq * seq), 7.0);
+        k::attention_forward<double>(l, qkv.data(), out.data(), probs.data());
+        expect_close(out, expected, 1e-12, 1e-12, "out");
+        for (int64_t row = 0; row < l.batch * l.heads * seq; ++row) {
+          const int64_t s = row % seq;
+          double sum = 0;
+          for (int64_t t = 0; t < seq; ++t) {
+            const double p = probs[sz(row * seq + t)];
+            if (t > s) BOOST_TEST(p == 0.0);  // masked
+            sum += p;
+          }
+          BOOST_TEST(sum == 1.0, boost::test_tools::tolerance(1e-12));
+        }
+        Vec out2(expected.size(), 7.0);  // without keeping probabilities
+        k::attention_forward<double>(l, qkv.data(), out2.data(), nullptr);
+        expect_close(out2, expected, 1e-12, 1e-12, "out without probs");
+      }
+    }
+  }
+  // A different layout: separate q, k and v blocks in one row, padding at the end.
+  k::AttentionLayout l;
+  l.batch = 1;
+  l.seq = 9;
+  l.heads = 3;
+  l.groups = 1;
+  l.head_dim = 2;
+  l.q_offset = 0;
+  l.q_group_stride = 6;
+  l.k_offset = 6;
+  l.v_offset = 8;
+  l.kv_group_stride = 4;
+  l.ld = 11;
+  const Vec qkv = random_vec(sz(9 * 11), rng);
+  Vec out(sz(9 * 6));
+  k::attention_forward<double>(l, qkv.data(), out.data(), nullptr);
+  expect_close(out, naive_attention(l, qkv), 1e-12, 1e-12, "custom layout");
+}
+
+BOOST_AUTO_TEST_CASE(attention_backward_matches_finite_differences) {
+  std::mt19937_64 rng(6);
+  for (int64_t seq : {6, 67}) {
+    for (int64_t groups : {2, 1}) {
+      BOOST_TEST_CONTEXT("seq " << seq << " groups " << groups) {
+        const auto l = k::AttentionLayout::megatron(seq > 10 ? 1 : 2, seq, 2, groups, 3);
+        Vec qkv = random_vec(sz(l.batch * seq * l.ld), rng);
+        const int64_t out_size = l.batch * seq * l.heads * l.head_dim;
+        const Vec r = random_vec(sz(out_size), rng);
+        Vec out(sz(out_size)), probs(sz(l.batch * l.heads * seq * seq));
+        k::attention_forward<double>(l, qkv.data(), out.data(), probs.data());
+        Vec dqkv(qkv.size(), 99.0);
+        k::attention_backward<double>(l, qkv.data(), probs.data(), out.data(), r.data(), dqkv.data());
+        const auto objective = [&] {
+          Vec o(sz(out_size));
+          k::attention_forward<double>(l, qkv.data(), o.data(), nullptr);
+          return dot(r, o);
+        };
+        expect_close(dqkv, numeric_grad(qkv, objective), kFdRel, kFdAbs, "dqkv");
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(activations_forward_backward_and_float_accuracy) {
+  std::mt19937_64 rng(7);
+  const int64_t rows = 3, f = 11, n = rows * f;
+  Vec a = random_vec(sz(rows * 2 * f), rng, 2.0);
+  // gelu, float64 against the formula.
+  Vec x(a.begin(), a.begin() + n), y(sz(n));
+  k::gelu_forward<double>(n, x.data(), y.data());
+  Vec expected(sz(n));
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    expected[i] = 0.5 * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0)));
+  expect_close(y, expected, 1e-14, 1e-15, "gelu");
+  const Vec r = random_vec(sz(n), rng);
+  Vec dx(sz(n));
+  k::gelu_backward<double>(n, x.data(), r.data(), dx.data());
+  const auto gelu_objective = [&] {
+    Vec yy(sz(n));
+    k::gelu_forward<double>(n, x.data(), yy.data());
+    return dot(r, yy);
+  };
+  expect_close(dx, numeric_grad(x, gelu_objective), kFdRel, kFdAbs, "gelu backward");
+  // swiglu
+  Vec s(sz(n));
+  k::swiglu_forward<double>(rows, f, a.data(), s.data());
+  for (int64_t rr = 0; rr < rows; ++rr)
+    for (int64_t i = 0; i < f; ++i) {
+      const double g = a[sz(rr * 2 * f + i)], u = a[sz(rr * 2 * f + f + i)];
+      expected[sz(rr * f + i)] = g / (1 + std::exp(-g)) * u;
+    }
+  expect_close(s, expected, 1e-14, 1e-15, "swiglu");
+  Vec da(a.size(), 99.0);
+  k::swiglu_backward<double>(rows, f, a.data(), r.data(), da.data());
+  const auto swiglu_objective = [&] {
+    Vec yy(sz(n));
+    k::swiglu_forward<double>(rows, f, a.data(), yy.data());
+    return dot(r, yy);
+  };
+  expect_close(da, numeric_grad(a, swiglu_objective), kFdRel, kFdAbs, "swiglu backward");
+
+  // float32 paths (vectorized exp and erf approximations) against float64 over [-12, 12], large
+  // enough to run in parallel. Tolerance 3e-7 * (|y| + 1): a few float ulps of the value plus the
+  // approximations' absolute error (< 1e-7).
+  const int64_t m = 24001;
+  std::vector<float> xf(sz(2 * m)), yf(sz(m)), dyf(sz(m), 1.0f), dxf(sz(m)), daf(sz(2 * m));
+  for (int64_t i = 0; i < 2 * m; ++i)
+    xf[sz(i)] = static_cast<float>(-12.0 + 24.0 * static_cast<double>(i % m) / (m - 1));
+  Vec xd(xf.begin(), xf.begin() + m), yd(sz(m)), dxd(sz(m)), ones(sz(m), 1.0);
+  k::gelu_forward<float>(m, xf.data(), yf.data());
+  k::gelu_forward<double>(m, xd.data(), yd.data());
+  expect_close(Vec(yf.begin(), yf.end()), yd, 3e-7, 3e-7, "gelu float32");
+  k::gelu_backward<float>(m, xf.data(), dyf.data(), dxf.data());
+  k::gelu_backward<double>(m, xd.data(), ones.data(), dxd.data());
+  expect_close(Vec(dxf.begin(), dxf.end()), dxd, 3e-7, 3e-7, "gelu backward float32");
+  Vec ad(xf.begin(), xf.end()), sd(sz(m)), dad(sz(2 * m));
+  k::swiglu_forward<float>(1, m, xf.data(), yf.data());
+  k::swiglu_forward<double>(1, m, ad.data(), sd.data());
+  expect_close(Vec(yf.begin(), yf.end()), sd, 3e-7, 3e-7, "swiglu float32");
+  k::swiglu_backward<float>(1, m, xf.data(), dyf.data(), daf.data());
+  k::swiglu_backward<double>(1, m, ad.data(), ones.data(), dad.data());
+  expect_close(Vec(daf.begin(), daf.end()), dad, 3e-7, 3e-7, "swiglu backward float32");
+}
+
+BOOST_AUTO_TEST_CASE(embedding_lookup_and_scatter_add) {
+  std::mt19937_64 rng(8);
+  for (int64_t n : {9, 300}) {  // 300 x 77: the parallel column split
+    const int64_t dim = 77, vocab = 13;
+    std::vector<int32_t> ids(sz(n));
+    std::uniform_int_distribution<int32_t> id(0, 12);
+    for (int32_t& v : ids) v = id(rng);
+    ids[0] = ids[1];  // a repeated id
+    const Vec w = random_vec(sz(vocab * dim), rng);
+    Vec out(sz(n * dim));
+    k::embedding_forward<double>(n, dim, ids.data(), w.data(), out.data());
+    Vec expected(out.size());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < dim; ++c) expected[sz(i * dim + c)] = w[sz(ids[sz(i)] * dim + c)];
+    BOOST_TEST(out == expected, boost::test_tools::per_element());
+    const Vec g = random_vec(out.size(), rng);
+    Vec dw(w.size(), 1.0), dw_e(w.size(), 1.0);
+    k::embedding_backward<double>(n, dim, ids.data(), g.data(), dw.data());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < dim; ++c) dw_e[sz(ids[sz(i)] * dim + c)] += g[sz(i * dim + c)];
+    expect_close(dw, dw_e, 1e-13, 1e-13, "scatter-add");
+  }
+  const std::vector<int32_t> ids = {0, 4, -1, 5, 2};
+  BOOST_TEST(k::first_invalid_id(5, ids.data(), 5) == 2);
+  BOOST_TEST(k::first_invalid_id(5, ids.data(), 5, true, -1) == 3);
+  BOOST_TEST(k::first_invalid_id(5, ids.data(), 6, true, -1) == -1);
+}
+
+BOOST_AUTO_TEST_CASE(cross_entropy_loss_gradient_and_ignored_rows) {
+  std::mt19937_64 rng(9);
+  for (int64_t rows : {7, 400}) {  // 400 x 61: parallel
+    const int64_t vocab = 61;
+    Vec logits = random_vec(sz(rows * vocab), rng, 3.0);
+    for (int64_t v = 0; v < vocab; ++v) logits[sz(v)] += 1000.0;  // row 0 needs the max subtraction
+    std::vector<int32_t> t(sz(rows));
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab - 1));
+    for (int32_t& v : t) v = id(rng);
+    t[1] = -1;
+    Vec grad(logits.size(), 99.0);
+    const k::CrossEntropyResult res =
+        k::cross_entropy_forward<double>(rows, vocab, logits.data(), t.data(), grad.data());
+    double sum = 0;
+    Vec grad_e(logits.size(), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (t[sz(r)] == -1) continue;
+      double mx = -1e300, z = 0;
+      for (int64_t v = 0; v < vocab; ++v) mx = std::max(mx, logits[sz(r * vocab + v)]);
+      for (int64_t v = 0; v < vocab; ++v) z += std::exp(logits[sz(r * vocab + v)] - mx);
+      sum += mx + std::log(z) - logits[sz(r * vocab + t[sz(r)])];
+      for (int64_t v = 0; v < vocab; ++v)
+        grad_e[sz(r * vocab + v)] = std::exp(logits[sz(r * vocab + v)] - mx) / z;
+      grad_e[sz(r * vocab + t[sz(r)])] -= 1.0;
+    }
+    BOOST_TEST(res.count == rows - 1);
+    BOOST_TEST(res.loss_sum == sum, boost::test_tools::tolerance(1e-12));
+    expect_close(grad, grad_e, 1e-12, 1e-14, "softmax - onehot");
+    // float32 (polynomial exp) against float64.
+    std::vector<float> lf(logits.begin(), logits.end()), gf(logits.size());
+    Vec ld(lf.begin(), lf.end()), gd(logits.size());
+    const auto rf = k::cross_entropy_forward<float>(rows, vocab, lf.data(), t.data(), gf.data());
+    const auto rd = k::cross_entropy_forward<double>(rows, vocab, ld.data(), t.data(), gd.data());
+    BOOST_TEST(rf.loss_sum == rd.loss_sum, boost::test_tools::tolerance(1e-5));
+    expect_close(Vec(gf.begin(), gf.end()), gd, 1e-5, 1e-6, "float32 gradient");
+    // No gradient buffer: the same loss.
+    const auto no_grad = k::cross_entropy_forward<double>(rows, vocab, logits.data(), t.data(), nullptr);
+    BOOST_TEST(no_grad.loss_sum == res.loss_sum, boost::test_tools::tolerance(1e-14));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(threading_reports) {
+  k::use_single_threaded_blas();
+  BOOST_TEST(k::available_threads() >= 1);
+  const std::string d = k::threading_description();
+  BOOST_TEST_MESSAGE(d);
+  BOOST_TEST(d.find("OpenMP") != std::string::npos);
+}
