@@ -5,7 +5,24 @@
  * merely USE communication go through plx_host_api's group functions; this table is what the
  * host calls underneath. A communicator is the backend's own object (`comm`). Asynchronous
  * calls return a request completed by `wait`, which lets a scheduler overlap communication
- * with compute. Counts and offsets are in elements. */
+ * with compute. Counts and offsets are in elements.
+ *
+ * The contract every backend keeps (docs/comm-backend.md has the long form):
+ * - Tensors are contiguous (strides NULL or compact), byte_offset honoured, on a device in
+ *   device_mask. Reductions take PLX_REDUCE_* (AVG = SUM / group size); a dtype a backend
+ *   cannot reduce is PLX_ERR_UNSUPPORTED naming it.
+ * - Sizes: all_reduce send and recv have equal sizes (send == recv: in place); all_gather's
+ *   recv holds size x send, in rank order; reduce_scatter's send holds size x recv and rank r
+ *   gets chunk r; all_to_all_v's counts and offsets are arrays of `size` entries, in elements.
+ * - out_request NULL makes a call blocking, bounded by the communicator's timeout; otherwise
+ *   the call starts the operation and returns a request that exactly one `wait` completes and
+ *   releases (`test` only asks). Every rank of a communicator starts its collectives in the
+ *   same order; requests may be waited on in any order.
+ * - wait's timeout_ms: 0 means the communicator's own timeout (init's timeout_ms; 0 there:
+ *   none). Past it the call returns PLX_ERR_TIMEOUT and its message names the ranks that did
+ *   not take part (dead, stopped, or still behind), so no job hangs without saying who.
+ * - After a timeout or a dead peer the communicator is unusable: the host reports the error
+ *   and calls abort, which ends every rank of the job (non-zero exit). */
 #ifndef PLEXUS_COMM_H
 #define PLEXUS_COMM_H
 
