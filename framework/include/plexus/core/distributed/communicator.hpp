@@ -1,0 +1,81 @@
+// A communicator of a loaded comm backend (sdk/include/plexus/comm.h) as the engine uses it:
+// RAII over the backend's handle, blocking calls and started requests, every failure a
+// ComponentCallError whose message names the group ("dp", "world", ...) and the backend's own
+// account (for a timeout: the ranks that did not take part).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "plexus/comm.h"
+#include "plexus/core/plugin_host.hpp"
+
+namespace plexus::distributed {
+
+enum class ReduceOp : int32_t {
+  sum = PLX_REDUCE_SUM,
+  avg = PLX_REDUCE_AVG,
+  max = PLX_REDUCE_MAX,
+  min = PLX_REDUCE_MIN
+};
+
+class Communicator;
+
+// An operation in flight. wait() completes it (throwing on failure); a request dropped
+// without wait() is still completed, quietly, so the backend never holds freed buffers.
+class Request {
+ public:
+  Request() = default;
+  Request(const Communicator* comm, void* handle) : comm_(comm), handle_(handle) {}
+  Request(Request&& other) noexcept;
+  Request& operator=(Request&& other) noexcept;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  ~Request();
+  void wait();
+  bool pending() const noexcept { return handle_ != nullptr; }
+
+ private:
+  const Communicator* comm_ = nullptr;
+  void* handle_ = nullptr;
+};
+
+class Communicator {
+ public:
+  // Takes ownership of `handle`, a communicator `component` created.
+  Communicator(const Component& component, void* handle, std::string name);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  const std::string& name() const noexcept { return name_; }
+  int32_t rank() const noexcept { return rank_; }
+  int32_t size() const noexcept { return size_; }
+  const Component& component() const noexcept { return *component_; }
+  const plx_comm_v1& table() const noexcept { return *table_; }
+  void* handle() const noexcept { return handle_; }
+
+  void all_reduce(const DLTensor& buffer, ReduceOp op) const;  // in place
+  Request start_all_reduce(const DLTensor& buffer, ReduceOp op, plx_stream stream = nullptr) const;
+  void all_gather(const DLTensor& send, const DLTensor& recv) const;
+  void broadcast(const DLTensor& buffer, int32_t root) const;
+  void barrier() const;
+  // Collective over this communicator: ranks with equal color form a new one, ordered by key;
+  // color < 0 gives nullptr.
+  std::unique_ptr<Communicator> split(int32_t color, int32_t key, std::string name) const;
+  // Ends every rank of the job after a fault (the backend's abort); falls back to exiting this
+  // process when the backend has none. Never returns.
+  [[noreturn]] void abort(const std::string& reason) const noexcept;
+
+  void check(const char* operation, plx_status status) const;
+
+ private:
+  const Component* component_;
+  const plx_comm_v1* table_;
+  void* handle_;
+  std::string name_;
+  int32_t rank_ = 0, size_ = 1;
+};
+
+}  // namespace plexus::distributed

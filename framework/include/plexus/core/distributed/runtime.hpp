@@ -1,0 +1,81 @@
+// The distributed runtime of one process: the comm backend chosen by the run config (its
+// plugin loaded on demand), the world communicator, and the process groups the topology
+// provider enumerates (tp, cp, dp, pp, ep, ...), each a communicator of its own.
+//
+// Every rank constructs it in the same order with the same config; start() is collective.
+// A single process runs it too, over the "local" backend, so the trainer has one code path.
+#pragma once
+
+#include <boost/json/value.hpp>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "plexus/core/distributed/communicator.hpp"
+#include "plexus/core/distributed/launch_env.hpp"
+#include "plexus/core/plugin_host.hpp"
+#include "plexus/core/run_config.hpp"
+
+namespace plexus::distributed {
+
+// The distributed section of a run config, with "auto" resolved.
+struct Settings {
+  std::string comm;      // component of kind comm: "local", "mpi", "nccl" or a third party's
+  double timeout_s = 0;  // 0: no limit
+  double bucket_mb = 4;  // gradient all-reduce bucket size
+  std::string topology;  // component of kind topology
+  boost::json::value topology_options;
+  boost::json::value comm_options;
+
+  // Throws config::ConfigError naming the key.
+  static Settings from_run_config(const boost::json::value& run_config, const LaunchEnv& env);
+};
+
+class Runtime {
+ public:
+  // Loads what the settings name (comm_<x> / topology_default plugins from the search path
+  // when plugins.load did not), creates the world and the groups. Throws naming the key,
+  // plugin or rank at fault.
+  static std::unique_ptr<Runtime> start(PluginHost& host, const boost::json::value& run_config,
+                                        const PluginLoadOptions& plugin_options, const LaunchEnv& env);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  const LaunchEnv& launch() const noexcept { return env_; }
+  const Settings& settings() const noexcept { return settings_; }
+  int32_t rank() const noexcept { return world_->rank(); }
+  int32_t world_size() const noexcept { return world_->size(); }
+  const Communicator& world() const noexcept { return *world_; }
+  // This rank's group of a kind the topology enumerated, or nullptr.
+  const Communicator* group(std::string_view kind) const;
+  // The data-parallel group ("dp"), or the world when the topology has none.
+  const Communicator& data_parallel() const;
+  std::vector<std::string> group_kinds() const;
+
+  // Collective: every rank's `payload` must equal rank 0's. Otherwise every rank throws the
+  // same message, naming the ranks that differ and the first differing keys of each.
+  void check_same(const boost::json::value& payload, std::string_view what) const;
+
+  // Ends the whole job after a fault; never returns.
+  [[noreturn]] void abort(const std::string& reason) const noexcept { world_->abort(reason); }
+
+ private:
+  Runtime() = default;
+  void build_groups(PluginHost& host);
+
+  LaunchEnv env_;
+  Settings settings_;
+  std::unique_ptr<Communicator> world_;
+  std::map<std::string, std::unique_ptr<Communicator>, std::less<>> groups_;
+  std::vector<std::string> kinds_;  // in the provider's order
+};
+
+// The leaves where two JSON values differ, as "path: a vs b", at most `limit` of them.
+std::vector<std::string> json_differences(const boost::json::value& a, const boost::json::value& b,
+                                          std::size_t limit);
+
+}  // namespace plexus::distributed

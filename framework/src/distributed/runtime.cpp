@@ -1,0 +1,283 @@
+#include "plexus/core/distributed/runtime.hpp"
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <cstring>
+
+#include "host_services/host_functions.hpp"
+#include "plexus/core/components.hpp"
+#include "plexus/core/config.hpp"
+#include "plexus/core/device.hpp"
+#include "plexus/core/host_services.hpp"
+#include "plexus/core/logging.hpp"
+#include "plexus/topology.h"
+
+namespace plexus::distributed {
+namespace {
+
+// The in-tree plugin of each in-tree component, loaded on demand so that
+// `mpirun -np 2 plexus-train` needs no plugins.load entry.
+std::string plugin_of(uint32_t kind, const std::string& component) {
+  if (kind == PLX_KIND_COMM) return "comm_" + component;
+  if (kind == PLX_KIND_TOPOLOGY && component == "grid") return "topology_default";
+  return "";
+}
+
+const Component& ensure_component(PluginHost& host, uint32_t kind, const std::string& name,
+                                  const std::string& key, const PluginLoadOptions& options,
+                                  const boost::json::value& run_config) {
+  if (const Component* found = host.find(kind, name)) return *found;
+  const std::string plugin = plugin_of(kind, name);
+  if (!plugin.empty()) {
+    std::vector<std::filesystem::path> dirs = options.extra_paths;
+    for (const boost::json::value& dir : run_config.at("plugins").at("paths").as_array())
+      dirs.emplace_back(std::string(dir.as_string()));
+    std::filesystem::path file;
+    try {
+      file = resolve_plugin(plugin, plugin_search_path(dirs));
+    } catch (const PluginError& e) {
+      throw config::ConfigError(key, "the " + std::string(kind_name(kind)) + " component '" + name +
+                                         "' needs the plugin " + plugin +
+                                         ", which is not loaded: " + e.what());
+    }
+    LoadOptions load;
+    load.allow_world_writable =
+        options.allow_world_writable || run_config.at("plugins").at("allow_world_writable").as_bool();
+    host.load(file, load);
+  }
+  try {
+    return host.get(kind, name);
+  } catch (const PluginError& e) {
+    throw config::ConfigError(key, std::string(e.what()) + " (plugins.load lists the plugins a run loads)");
+  }
+}
+
+boost::json::value validated_options(const Component& component, boost::json::value options,
+                                     const std::string& path) {
+  if (options.is_null()) options = boost::json::object();
+  if (component.config_schema.empty()) {
+    if (!options.is_object() || !options.as_object().empty())
+      throw config::ConfigError(path, "component '" + component.name + "' takes no options");
+    return options;
+  }
+  const config::Schema schema =
+      config::Schema::parse(component.config_schema, "config schema of component '" + component.name + "'");
+  config::validate(options, schema, path);
+  return options;
+}
+
+// What a topology provider enumerates: every group of every kind, in its order.
+struct Enumeration {
+  int32_t world_size = 1;
+  std::vector<std::string> kinds;
+  std::map<std::string, std::vector<std::vector<int32_t>>, std::less<>> groups;
+  std::string error;
+
+  static plx_status add(void* ctx, const char* kind, const int32_t* ranks, uint32_t count) noexcept {
+    auto* self = static_cast<Enumeration*>(ctx);
+    try {
+      const std::string name = kind != nullptr ? kind : "";
+      if (name.empty() || count == 0 || ranks == nullptr) {
+        self->error = "a group with an empty kind or no ranks";
+        return PLX_ERR_INVALID_ARGUMENT;
+      }
+      std::vector<int32_t> group(ranks, ranks + count);
+      for (int32_t r : group) {
+        if (r < 0 || r >= self->world_size) {
+          self->error = "group of kind '" + name + "' names rank " + std::to_string(r) + " of a world of " +
+                        std::to_string(self->world_size);
+          return PLX_ERR_INVALID_ARGUMENT;
+        }
+      }
+      auto& of_kind = self->groups[name];
+      if (of_kind.empty()) self->kinds.push_back(name);
+      for (const auto& other : of_kind)
+        for (int32_t r : group)
+          if (std::find(other.begin(), other.end(), r) != other.end()) {
+            self->error = "rank " + std::to_string(r) + " is in two groups of kind '" + name + "'";
+            return PLX_ERR_INVALID_ARGUMENT;
+          }
+      of_kind.push_back(std::move(group));
+      return PLX_OK;
+    } catch (...) {
+      return PLX_ERR_OUT_OF_MEMORY;
+    }
+  }
+};
+
+}  // namespace
+
+Settings Settings::from_run_config(const boost::json::value& run_config, const LaunchEnv& env) {
+  Settings s;
+  const boost::json::object& section = run_config.at("distributed").as_object();
+  s.comm = std::string(section.at("comm").as_string());
+  if (s.comm == "auto") {
+    const std::string device(run_config.at("run").at("device").as_string());
+    s.comm = env.world_size == 1 ? "local" : device.rfind("cuda", 0) == 0 ? "nccl" : "mpi";
+  }
+  s.timeout_s = section.at("timeout_s").to_number<double>();
+  s.bucket_mb = section.at("bucket_mb").to_number<double>();
+  s.comm_options = section.at("comm_options");
+  const boost::json::object& topology = section.at("topology").as_object();
+  s.topology = std::string(topology.at("component").as_string());
+  s.topology_options = topology.at("options");
+  return s;
+}
+
+std::unique_ptr<Runtime> Runtime::start(PluginHost& host, const boost::json::value& run_config,
+                                        const PluginLoadOptions& plugin_options, const LaunchEnv& env) {
+  std::unique_ptr<Runtime> rt(new Runtime());
+  rt->env_ = env;
+  rt->settings_ = Settings::from_run_config(run_config, env);
+  Settings& s = rt->settings_;
+  const Component& comm =
+      ensure_component(host, PLX_KIND_COMM, s.comm, "distributed.comm", plugin_options, run_config);
+  s.comm_options = validated_options(comm, s.comm_options, "distributed.comm_options");
+  const auto& table = comm.as<plx_comm_v1>();
+
+  ConfigHandle comm_config(s.comm_options, "distributed.comm_options");
+  plx_comm_init_args args{};
+  args.struct_size = sizeof(args);
+  args.rank = env.launcher == "none" ? 0 : env.rank;
+  args.world_size = env.launcher == "none" ? 1 : env.world_size;
+  args.timeout_ms = static_cast<uint32_t>(std::min(s.timeout_s * 1000.0, 4.0e9));
+  // The device the model's tensors live on, checked here first so that a machine without it
+  // gets the same message as a single process (naming run.device), not a backend's.
+  const std::string device_text(run_config.at("run").at("device").as_string());
+  DLDevice device{kDLCPU, 0};
+  try {
+    device = device::parse(device_text);
+    device::require(device);
+  } catch (const std::exception& e) {
+    throw config::ConfigError("run.device", e.what());
+  }
+  if (device.device_type == kDLCUDA && device_text == "cuda") device.device_id = env.local_rank;
+  if ((table.device_mask & PLX_DEVICE_BIT(device.device_type)) == 0) {
+    // One process communicates nothing for the trainer; plugins that ask get CPU tensors moved.
+    if (env.world_size > 1)
+      throw config::ConfigError(
+          "distributed.comm", "the comm backend '" + s.comm + "' cannot communicate " + device::name(device) +
+                                  " tensors (run.device); use one that can" +
+                                  (device.device_type == kDLCUDA ? ", e.g. \"nccl\"" : ""));
+    device = DLDevice{kDLCPU, 0};
+  }
+  args.device = device;
+  args.config = comm_config.get();
+  void* world = nullptr;
+  check_call(comm, ("init (" + env.describe() + ")").c_str(), table.init(&args, &world));
+  rt->world_ = std::make_unique<Communicator>(comm, world, "world");
+  Logger::global().set_rank(rt->rank());
+  if (env.launcher != "none" && (rt->rank() != env.rank || rt->world_size() != env.world_size))
+    throw std::runtime_error("the comm backend '" + s.comm + "' sees rank " + std::to_string(rt->rank()) +
+                             " of " + std::to_string(rt->world_size()) + " but the launcher said " +
+                             env.describe());
+  ensure_component(host, PLX_KIND_TOPOLOGY, s.topology, "distributed.topology.component", plugin_options,
+                   run_config);
+  rt->build_groups(host);
+  detail::set_comm_runtime(rt.get());
+  return rt;
+}
+
+void Runtime::build_groups(PluginHost& host) {
+  const Component& provider = host.get(PLX_KIND_TOPOLOGY, settings_.topology);
+  settings_.topology_options =
+      validated_options(provider, settings_.topology_options, "distributed.topology.options");
+  ConfigHandle options(settings_.topology_options, "distributed.topology.options");
+  Enumeration groups;
+  groups.world_size = world_size();
+  plx_group_sink sink{};
+  sink.struct_size = sizeof(sink);
+  sink.ctx = &groups;
+  sink.add_group = &Enumeration::add;
+  plx_topology_args args{};
+  args.struct_size = sizeof(args);
+  args.world_size = world_size();
+  args.rank = rank();
+  args.config = options.get();
+  const plx_status status = provider.as<plx_topology_v1>().build(&args, &sink);
+  if (status != PLX_OK && !groups.error.empty())
+    throw std::runtime_error("topology provider '" + settings_.topology + "': " + groups.error);
+  check_call(provider, "build", status);
+  // One split per kind, in the provider's order, identical on every rank.
+  for (const std::string& kind : groups.kinds) {
+    int32_t color = -1, key = 0;
+    const auto& of_kind = groups.groups.at(kind);
+    for (std::size_t g = 0; g < of_kind.size(); ++g) {
+      const auto it = std::find(of_kind[g].begin(), of_kind[g].end(), rank());
+      if (it != of_kind[g].end()) {
+        color = static_cast<int32_t>(g);
+        key = static_cast<int32_t>(it - of_kind[g].begin());
+      }
+    }
+    auto comm = world_->split(color, key, kind);
+    if (comm) groups_.emplace(kind, std::move(comm));
+    kinds_.push_back(kind);
+  }
+}
+
+Runtime::~Runtime() {
+  detail::set_comm_runtime(nullptr);
+  groups_.clear();  // sub-communicators before the world
+  world_.reset();
+}
+
+const Communicator* Runtime::group(std::string_view kind) const {
+  const auto it = groups_.find(kind);
+  return it == groups_.end() ? nullptr : it->second.get();
+}
+
+const Communicator& Runtime::data_parallel() const {
+  const Communicator* dp = group("dp");
+  return dp != nullptr ? *dp : *world_;
+}
+
+std::vector<std::string> Runtime::group_kinds() const {
+  return kinds_;
+}
+
+void Runtime::check_same(const boost::json::value& payload, std::string_view what) const {
+  const int32_t size = world_size();
+  if (size == 1) return;
+  const std::string text = boost::json::serialize(payload);
+  // Lengths first, then every rank's text padded to the longest.
+  std::vector<int64_t> lengths(static_cast<std::size_t>(size));
+  int64_t mine = static_cast<int64_t>(text.size());
+  const auto cpu = DLDevice{kDLCPU, 0};
+  int64_t one_shape[1] = {1};
+  int64_t all_shape[1] = {size};
+  DLTensor send{&mine, cpu, 1, DLDataType{kDLInt, 64, 1}, one_shape, nullptr, 0};
+  DLTensor recv{lengths.data(), cpu, 1, DLDataType{kDLInt, 64, 1}, all_shape, nullptr, 0};
+  world_->all_gather(send, recv);
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  std::vector<char> padded(static_cast<std::size_t>(longest), '\0');
+  std::memcpy(padded.data(), text.data(), text.size());
+  std::vector<char> texts(static_cast<std::size_t>(longest * size));
+  int64_t padded_shape[1] = {longest};
+  int64_t texts_shape[1] = {longest * size};
+  DLTensor send_text{padded.data(), cpu, 1, DLDataType{kDLUInt, 8, 1}, padded_shape, nullptr, 0};
+  DLTensor recv_text{texts.data(), cpu, 1, DLDataType{kDLUInt, 8, 1}, texts_shape, nullptr, 0};
+  world_->all_gather(send_text, recv_text);
+  const auto text_of = [&](int32_t r) {
+    return std::string(texts.data() + r * longest,
+                       static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)]));
+  };
+  const std::string reference = text_of(0);
+  std::string message;
+  for (int32_t r = 1; r < size; ++r) {
+    const std::string other = text_of(r);
+    if (other == reference) continue;
+    std::vector<std::string> differences;
+    try {
+      differences = json_differences(boost::json::parse(reference), boost::json::parse(other), 3);
+    } catch (const std::exception&) {
+      differences = {"(unreadable)"};
+    }
+    message += "\n  rank " + std::to_string(r) + " (rank 0's value vs rank " + std::to_string(r) + "'s):";
+    for (const std::string& d : differences) message += "\n    " + d;
+  }
+  if (!message.empty())
+    throw std::runtime_error("ranks started with different " + std::string(what) +
+                             "; every rank must run the same one:" + message);
+}
+
+}  // namespace plexus::distributed
