@@ -1,8 +1,13 @@
 // `plexus-train`: the reference trainer.
 //   plexus-train [--config FILE] [--set KEY=VALUE]... [--resume DIR|latest] [--plugin-path DIR]...
+//   mpirun -np N plexus-train ...   (or srun, or RANK/WORLD_SIZE from another launcher)
 // Validates the whole run (config, plugins, components, dataset) before the first step, then
 // trains: progress on stderr, metrics in <run.output_dir>/metrics.jsonl, validation loss and a
 // text sample at each evaluation, checkpoints in <run.output_dir>/checkpoints.
+//
+// Under a launcher every rank runs this same program: the distributed runtime joins them, checks
+// that they all run the same config, and the trainer is data parallel (docs/distributed.md). A
+// failure on any rank ends the whole job with a non-zero exit, naming the rank.
 #include <iostream>
 #include <optional>
 #include <string>
@@ -10,61 +15,120 @@
 
 #include "plexus/cli.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
+#include "plexus/core/distributed/runtime.hpp"
 #include "plexus/core/engine/trainer.hpp"
+#include "plexus/core/logging.hpp"
 #include "plexus/core/plugin_host.hpp"
 #include "plexus/core/run_config.hpp"
 
+namespace {
+
+// What every rank must agree on before the first step.
+boost::json::value agreement(const boost::json::value& run_config, const plexus::PluginHost& host,
+                             const std::optional<std::filesystem::path>& resume_dir) {
+  boost::json::array plugins;
+  for (const plexus::PluginRecord* plugin : host.plugins())
+    plugins.emplace_back(plugin->name + " " + plugin->version);
+  return boost::json::object{{"config", run_config},
+                             {"resume", resume_dir ? resume_dir->string() : std::string()},
+                             {"plexus", PLEXUS_VERSION_STRING},
+                             {"plugins", std::move(plugins)}};
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   namespace po = plexus::cli::po;
+  // Declared outside the guarded body, in this order, so a failure can still abort the job
+  // through the runtime before anything it uses is destroyed.
+  plexus::PluginHost host;
+  std::unique_ptr<plexus::distributed::Runtime> runtime;
+  std::unique_ptr<plexus::Trainer> trainer;
   return plexus::cli::run_guarded("plexus-train", [&] {
-    plexus::cli::PluginOptions plugin_options;
-    std::string config_file;
-    std::string resume;
-    std::vector<std::string> overrides;
-    bool help = false;
-    po::options_description options("usage: plexus-train [--config FILE] [--set KEY=VALUE]... [--resume DIR]\n\noptions");
-    plugin_options.add_to(options);
-    options.add_options()("config", po::value(&config_file), "run config (JSON); the embedded default when omitted")(
-        "set", po::value(&overrides)->composing(), "override a key, e.g. --set train.steps=50 (repeatable)")(
-        "resume", po::value(&resume),
-        "continue from a checkpoint directory, or 'latest' for the newest in <run.output_dir>/checkpoints")(
-        "help,h", po::bool_switch(&help), "this help");
-    po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, options), vm);
-    po::notify(vm);
-    if (help) {
-      std::cout << options;
+    try {
+      plexus::cli::PluginOptions plugin_options;
+      std::string config_file;
+      std::string resume;
+      std::vector<std::string> overrides;
+      bool help = false;
+      po::options_description options(
+          "usage: plexus-train [--config FILE] [--set KEY=VALUE]... [--resume DIR]\n"
+          "       mpirun -np N plexus-train ...  (data parallel; docs/distributed.md)\n\noptions");
+      plugin_options.add_to(options);
+      options.add_options()("config", po::value(&config_file),
+                            "run config (JSON); the embedded default when omitted")(
+          "set", po::value(&overrides)->composing(),
+          "override a key, e.g. --set train.steps=50 (repeatable)")(
+          "resume", po::value(&resume),
+          "continue from a checkpoint directory, or 'latest' for the newest in <run.output_dir>/checkpoints")(
+          "help,h", po::bool_switch(&help), "this help");
+      po::variables_map vm;
+      po::store(po::parse_command_line(argc, argv, options), vm);
+      po::notify(vm);
+      if (help) {
+        std::cout << options;
+        return 0;
+      }
+      const plexus::distributed::LaunchEnv launch = plexus::distributed::LaunchEnv::from_process();
+      if (launch.rank != 0) plexus::Logger::global().set_rank(launch.rank);
+      std::optional<std::filesystem::path> file;
+      if (!config_file.empty()) file = config_file;
+      boost::json::value run_config = plexus::load_run_config(file, overrides);
+      const plexus::PluginLoadOptions load_options{plugin_options.dirs(),
+                                                   plugin_options.allow_world_writable};
+      plexus::load_configured_plugins(host, run_config, load_options);
+      plexus::check_components(host, run_config);
+
+      const std::filesystem::path checkpoints =
+          std::filesystem::path(std::string(run_config.at("run").at("output_dir").as_string())) /
+          "checkpoints";
+      std::optional<std::filesystem::path> resume_dir;
+      if (resume == "latest") {
+        const auto latest = plexus::checkpoint::latest_checkpoint(checkpoints);
+        if (!latest)
+          throw std::runtime_error("--resume latest: no complete checkpoint in " + checkpoints.string());
+        resume_dir = latest->dir;
+      } else if (!resume.empty()) {
+        resume_dir = resume;
+      } else if (plexus::checkpoint::latest_checkpoint(checkpoints)) {
+        // Starting over would interleave two runs' checkpoints and metrics.
+        throw std::runtime_error(checkpoints.string() +
+                                 " already holds checkpoints of an earlier run: continue it with "
+                                 "--resume latest, or choose another run.output_dir");
+      }
+
+      runtime = plexus::distributed::Runtime::start(host, run_config, load_options, launch);
+      if (runtime->rank() != 0 && plexus::Logger::global().level() == plexus::LogLevel::info)
+        plexus::Logger::global().set_level(plexus::LogLevel::warn);  // rank 0 speaks for the job
+      if (runtime->world_size() > 1 && runtime->rank() == 0)
+        plexus::log_info("plexus-train", std::to_string(runtime->world_size()) + " ranks from " +
+                                             launch.launcher + ", comm backend '" + runtime->settings().comm +
+                                             "'");
+      runtime->check_same(agreement(run_config, host, resume_dir), "run configs, plugins or --resume");
+      // "cuda" in a job of several ranks means this rank's GPU on its machine.
+      if (runtime->world_size() > 1 && run_config.at("run").at("device").as_string() == "cuda")
+        run_config.at("run").as_object()["device"] = "cuda:" + std::to_string(launch.local_rank);
+
+      trainer = std::make_unique<plexus::Trainer>(
+          host, run_config, plexus::make_indexed_data_source(run_config), runtime.get());
+      if (resume_dir) trainer->resume_from(*resume_dir);
+      const plexus::TrainResult result = trainer->run();
+      if (runtime->rank() == 0) {
+        std::cerr << "plexus-train: done: " << result.steps_done << " steps";
+        if (result.final_val_loss) std::cerr << ", val_loss " << *result.final_val_loss;
+        if (!result.last_checkpoint.empty()) std::cerr << ", checkpoint " << result.last_checkpoint.string();
+        std::cerr << "\n";
+      }
+      trainer.reset();
+      runtime.reset();
       return 0;
+    } catch (const std::exception& e) {
+      // One rank's failure must end the others too, or they would wait on it until the timeout.
+      if (runtime && runtime->world_size() > 1) {
+        std::cerr << "plexus-train: error on rank " << runtime->rank() << ": " << e.what() << std::endl;
+        runtime->abort("rank " + std::to_string(runtime->rank()) + ": " + e.what());
+      }
+      throw;
     }
-    std::optional<std::filesystem::path> file;
-    if (!config_file.empty()) file = config_file;
-    boost::json::value run_config = plexus::load_run_config(file, overrides);
-    plexus::PluginHost host;
-    plexus::load_configured_plugins(host, run_config, {plugin_options.dirs(), plugin_options.allow_world_writable});
-    plexus::check_components(host, run_config);
-
-    const std::filesystem::path checkpoints =
-        std::filesystem::path(std::string(run_config.at("run").at("output_dir").as_string())) / "checkpoints";
-    std::optional<std::filesystem::path> resume_dir;
-    if (resume == "latest") {
-      const auto latest = plexus::checkpoint::latest_checkpoint(checkpoints);
-      if (!latest) throw std::runtime_error("--resume latest: no complete checkpoint in " + checkpoints.string());
-      resume_dir = latest->dir;
-    } else if (!resume.empty()) {
-      resume_dir = resume;
-    } else if (plexus::checkpoint::latest_checkpoint(checkpoints)) {
-      // Starting over would interleave two runs' checkpoints and metrics.
-      throw std::runtime_error(checkpoints.string() + " already holds checkpoints of an earlier run: continue it with "
-                               "--resume latest, or choose another run.output_dir");
-    }
-
-    plexus::Trainer trainer(host, run_config, plexus::make_indexed_data_source(run_config));
-    if (resume_dir) trainer.resume_from(*resume_dir);
-    const plexus::TrainResult result = trainer.run();
-    std::cerr << "plexus-train: done: " << result.steps_done << " steps";
-    if (result.final_val_loss) std::cerr << ", val_loss " << *result.final_val_loss;
-    if (!result.last_checkpoint.empty()) std::cerr << ", checkpoint " << result.last_checkpoint.string();
-    std::cerr << "\n";
-    return 0;
   });
 }

@@ -5,6 +5,7 @@
 
 #include "engine/progress.hpp"
 #include "engine/trainer_impl.hpp"
+#include "plexus/core/config.hpp"
 #include "plexus/core/engine/random.hpp"
 #include "plexus/core/logging.hpp"
 
@@ -15,9 +16,22 @@ int64_t get_int(const boost::json::value& root, const char* section, const char*
   return root.at(section).at(key).to_number<int64_t>();
 }
 
+// The trainer's layers are not model-parallel: every group but dp must be a single rank.
+void require_data_parallel_only(const distributed::Runtime& runtime) {
+  for (const char* kind : {"tp", "cp", "pp", "ep", "expert_tp"}) {
+    const distributed::Communicator* group = runtime.group(kind);
+    if (group != nullptr && group->size() > 1)
+      throw config::ConfigError("distributed.topology.options",
+                                "the " + std::string(kind) + " groups have " + std::to_string(group->size()) +
+                                    " ranks, but the trainer's layers are not " + kind +
+                                    "-parallel: it runs data parallelism only (set tp, cp, ep and pp to 1)");
+  }
+}
+
 }  // namespace
 
-Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::unique_ptr<DataSource> data)
+Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::unique_ptr<DataSource> data,
+                 const distributed::Runtime* runtime)
     : impl_(std::make_unique<Impl>()) {
   Impl& t = *impl_;
   t.host = &host;
@@ -46,6 +60,20 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
       host.get(PLX_KIND_SCHEDULER, std::string(rc.at("scheduler").at("component").as_string())),
       t.scheduler_config->get());
   t.optimizer = std::make_unique<AdamW>(t.model->parameters(), OptimizerSettings::from_run_config(rc));
+  t.runtime = runtime;
+  if (runtime != nullptr) {
+    require_data_parallel_only(*runtime);
+    t.writer = runtime->rank() == 0;
+    const distributed::Communicator& dp = runtime->data_parallel();
+    t.dp_rank = dp.rank();
+    t.dp_size = dp.size();
+    if (t.dp_size > 1) {
+      t.dp = &dp;
+      t.reducer = std::make_unique<GradientReducer>(t.model->parameters(), dp, runtime->settings().bucket_mb);
+      t.model->set_gradient_ready_hook(
+          [reducer = t.reducer.get()](std::size_t p) { reducer->parameter_ready(p); });
+    }
+  }
   for (int64_t i = 0; i < t.microbatches; ++i)
     t.batches.push_back(Batch{Tensor({t.micro_batch_size, t.seq_length}, plx_dtype_i32()),
                               Tensor({t.micro_batch_size, t.seq_length}, plx_dtype_i32())});
@@ -60,7 +88,20 @@ void Trainer::resume_from(const std::filesystem::path& checkpoint) {
   impl_->load_checkpoint(checkpoint);
 }
 
+double Trainer::Impl::mean_over_ranks(double value) const {
+  if (dp == nullptr) return value;
+  Tensor scalar({1}, plx_dtype_f64());
+  *scalar.data<double>() = value;
+  dp->all_reduce(scalar.view(), distributed::ReduceOp::avg);
+  return *scalar.data<double>();
+}
+
+void Trainer::Impl::barrier() const {
+  if (runtime != nullptr && runtime->world_size() > 1) runtime->world().barrier();
+}
+
 void Trainer::Impl::write_metrics(const boost::json::object& record, const TrainerEvents& events) {
+  if (!writer) return;
   metrics << boost::json::serialize(record) << '\n';
   metrics.flush();  // a crashed run keeps every record written so far
   if (events.on_metrics) events.on_metrics(record);
@@ -69,12 +110,14 @@ void Trainer::Impl::write_metrics(const boost::json::object& record, const Train
 double Trainer::Impl::evaluate() {
   Batch batch{Tensor({micro_batch_size, seq_length}, plx_dtype_i32()),
               Tensor({micro_batch_size, seq_length}, plx_dtype_i32())};
+  // The validation batches are shared out over the data-parallel ranks and the sum gathered,
+  // so the loss is that of all eval_iters batches whatever the number of ranks.
   double sum = 0;
-  for (int64_t i = 0; i < eval_iters; ++i) {
+  for (int64_t i = dp_rank; i < eval_iters; i += dp_size) {
     data->validation_batch(static_cast<uint64_t>(i), batch);
     sum += model->evaluate(batch);
   }
-  return sum / static_cast<double>(eval_iters);
+  return mean_over_ranks(sum) * static_cast<double>(dp_size) / static_cast<double>(eval_iters);
 }
 
 std::string Trainer::Impl::sample(int64_t step) {
@@ -119,28 +162,39 @@ std::string Trainer::Impl::sample(int64_t step) {
 
 TrainResult Trainer::run(const TrainerEvents& events) {
   Impl& t = *impl_;
-  std::filesystem::create_directories(t.output_dir);
-  t.metrics.open(t.output_dir / "metrics.jsonl", std::ios::app);
-  if (!t.metrics)
-    throw std::runtime_error("cannot write metrics to " + (t.output_dir / "metrics.jsonl").string());
+  if (t.writer) {
+    std::filesystem::create_directories(t.output_dir);
+    t.metrics.open(t.output_dir / "metrics.jsonl", std::ios::app);
+    if (!t.metrics)
+      throw std::runtime_error("cannot write metrics to " + (t.output_dir / "metrics.jsonl").string());
+  }
   TrainResult result;
   const int64_t params = t.model->parameters().count_elements();
   const std::optional<double> flops_per_token = t.model->flops_per_token();
-  log_info("trainer", "model: " + std::to_string(params) + " parameters, " +
-                          std::to_string(t.model->settings().num_layers) + " layers; training steps " +
-                          std::to_string(t.start_step + 1) + ".." + std::to_string(t.steps));
+  if (t.writer)
+    log_info("trainer", "model: " + std::to_string(params) + " parameters, " +
+                            std::to_string(t.model->settings().num_layers) + " layers; training steps " +
+                            std::to_string(t.start_step + 1) + ".." + std::to_string(t.steps));
+  if (t.writer && t.reducer)
+    log_info("trainer",
+             "data parallel over " + std::to_string(t.dp_size) +
+                 " ranks: " + std::to_string(t.reducer->num_buckets()) + " gradient buckets of up to " +
+                 boost::json::serialize(boost::json::value(t.runtime->settings().bucket_mb)) + " MiB");
   t.write_metrics({{"event", "start"},
                    {"run", t.run_config.at("run").at("name")},
                    {"parameters", params},
                    {"first_step", t.start_step + 1},
-                   {"steps", t.steps}},
+                   {"steps", t.steps},
+                   {"data_parallel_size", t.dp_size}},
                   events);
-  const double tokens_per_step = static_cast<double>(t.microbatches * t.micro_batch_size * t.seq_length);
+  const double tokens_per_step =
+      static_cast<double>(t.dp_size * t.microbatches * t.micro_batch_size * t.seq_length);
   detail::Progress progress(t.start_step, t.steps, t.log_interval);
   const auto report_eval = [&](int64_t step_done) {
     const double val = t.evaluate();
     result.final_val_loss = val;
     t.write_metrics({{"event", "eval"}, {"step", step_done}, {"val_loss", val}}, events);
+    if (!t.writer) return;
     std::string text = "eval at step " + std::to_string(step_done) + ": val_loss " + std::to_string(val);
     if (t.sample_tokens > 0) text += "\n--- sample ---\n" + t.sample(step_done) + "\n--------------";
     progress.line(text);
@@ -148,11 +202,20 @@ TrainResult Trainer::run(const TrainerEvents& events) {
   for (int64_t step = t.start_step; step < t.steps; ++step) {
     const auto begin = std::chrono::steady_clock::now();
     t.model->parameters().zero_grads();
+    // The step's global batch is dp_size x microbatches microbatches; this rank takes its
+    // contiguous share, so N ranks see exactly the tokens one rank with N times the
+    // microbatches would.
     for (int64_t i = 0; i < t.microbatches; ++i) {
-      const auto position = static_cast<uint64_t>((step * t.microbatches + i) * t.micro_batch_size);
-      t.data->train_batch(position, t.batches[static_cast<std::size_t>(i)]);
+      const int64_t global_microbatch = (step * t.dp_size + t.dp_rank) * t.microbatches + i;
+      t.data->train_batch(static_cast<uint64_t>(global_microbatch * t.micro_batch_size),
+                          t.batches[static_cast<std::size_t>(i)]);
     }
-    const double loss = t.model->forward_backward(*t.scheduler, t.batches);
+    if (t.reducer) t.reducer->begin_step();
+    double loss = t.model->forward_backward(*t.scheduler, t.batches);
+    if (t.reducer) {
+      t.reducer->finish();
+      loss = t.mean_over_ranks(loss);
+    }
     t.model->check_gradients_finite();
     const double grad_norm = t.optimizer->step(step);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
@@ -164,19 +227,20 @@ TrainResult Trainer::run(const TrainerEvents& events) {
                                {"grad_norm", grad_norm}, {"tokens_per_s", tokens_per_s},
                                {"step_seconds", seconds}};
     if (gflops >= 0) record["gflops_per_s"] = gflops;
+    if (t.reducer) record["buckets_started_in_backward"] = static_cast<int64_t>(t.reducer->started_early());
     t.write_metrics(record, events);
-    progress.step(step, loss, t.optimizer->last_lr(), tokens_per_s, gflops);
+    if (t.writer) progress.step(step, loss, t.optimizer->last_lr(), tokens_per_s, gflops);
     const int64_t done = step + 1;
     result.steps_done = done;
     if (t.eval_interval > 0 && done % t.eval_interval == 0 && done != t.steps) report_eval(done);
     if (t.checkpoint_interval > 0 && done % t.checkpoint_interval == 0 && done != t.steps)
       result.last_checkpoint = t.save_checkpoint(done);
   }
-  progress.finish();
+  if (t.writer) progress.finish();
   if (t.start_step < t.steps) {
     report_eval(t.steps);
     result.last_checkpoint = t.save_checkpoint(t.steps);
-    progress.line("checkpoint: " + result.last_checkpoint.string());
+    if (t.writer) progress.line("checkpoint: " + result.last_checkpoint.string());
   }
   return result;
 }

@@ -36,6 +36,12 @@ void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file, const std:
 }  // namespace
 
 std::filesystem::path Trainer::Impl::save_checkpoint(int64_t steps_done) {
+  const std::filesystem::path root = output_dir / "checkpoints";
+  if (!writer) {
+    // Rank 0 writes; the others wait so that no rank runs ahead of a checkpoint that fails.
+    barrier();
+    return root / checkpoint::checkpoint_dir_name(steps_done);
+  }
   std::vector<checkpoint::TensorData> model_tensors;
   std::deque<Tensor> staged;  // host copies of device tensors, alive (and unmoved) until written
   ParameterStore& params = model->parameters();
@@ -46,13 +52,14 @@ std::filesystem::path Trainer::Impl::save_checkpoint(int64_t steps_done) {
     optimizer_tensors.push_back(tensor_data(name, *tensor, staged));
   const boost::json::object state{{"format", "plexus-checkpoint-1"},
                                   {"step", steps_done},
-                                  {"data_position", steps_done * microbatches * micro_batch_size},
+                                  {"data_position", steps_done * dp_size * microbatches * micro_batch_size},
+                                  {"global_microbatches", dp_size * microbatches},
                                   {"config", run_config}};
-  const std::filesystem::path root = output_dir / "checkpoints";
   std::filesystem::path dir =
       checkpoint::write_checkpoint(root, steps_done, model_tensors, optimizer_tensors, state);
   for (const auto& removed : checkpoint::prune_checkpoints(root, keep_last))
     Logger::global().log(LogLevel::debug, "trainer", "removed old checkpoint " + removed.string());
+  barrier();
   return dir;
 }
 
@@ -91,6 +98,14 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
                        boost::json::serialize(value);
     }
   }
+  // The data position is a function of the step and the global batch: a run may continue on
+  // another number of ranks only with the same number of microbatches per step in all.
+  if (const boost::json::value* saved = loaded.state.as_object().if_contains("global_microbatches");
+      saved != nullptr && saved->is_int64() && saved->as_int64() != dp_size * microbatches)
+    differences += "\n  microbatches per step over all data-parallel ranks: checkpoint " +
+                   std::to_string(saved->as_int64()) + ", this run " +
+                   std::to_string(dp_size * microbatches) + " (" + std::to_string(dp_size) +
+                   " ranks x train.microbatches " + std::to_string(microbatches) + ")";
   if (!differences.empty())
     throw CheckpointError(dir,
                           "the checkpoint is of a different model than this run's config:" + differences);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/gradient_reducer.hpp"
 #include "plexus/core/engine/trainer.hpp"
 #include "plexus/core/host_services.hpp"
 
@@ -29,6 +30,15 @@ struct Trainer::Impl {
   uint64_t seed = 0;
   std::filesystem::path output_dir;
   int64_t start_step = 0;  // > 0 after resume_from
+
+  // Data parallelism (one rank of one when single-process).
+  const distributed::Runtime* runtime = nullptr;
+  const distributed::Communicator* dp = nullptr;  // nullptr: a single data-parallel rank
+  int64_t dp_rank = 0, dp_size = 1;
+  bool writer = true;  // world rank 0: metrics, progress, samples, checkpoints
+  std::unique_ptr<GradientReducer> reducer;
+  double mean_over_ranks(double value) const;
+  void barrier() const;
 
   std::ofstream metrics;
   std::vector<Batch> batches;

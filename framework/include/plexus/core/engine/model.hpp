@@ -11,6 +11,7 @@
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -83,6 +84,13 @@ class Model {
   // Forward and backward of every microbatch in the order the scheduler chooses; gradients
   // accumulate (the caller zeroes them). Returns the mean loss over the microbatches.
   double forward_backward(const SchedulerInstance& scheduler, const std::vector<Batch>& microbatches);
+  // Called during forward_backward once per parameter, as soon as no later backward can add to
+  // its gradient (every unit using it has finished the backward of every microbatch), in the
+  // order backward completes them. Data parallelism starts averaging gradients from here while
+  // backward goes on.
+  using GradientReadyHook = std::function<void(std::size_t parameter)>;
+  void set_gradient_ready_hook(GradientReadyHook hook) { gradient_ready_ = std::move(hook); }
+
   // Forward only; returns the loss.
   double evaluate(const Batch& batch);
   // Forward only; returns the logits [vocab] of position `position` of sequence 0.
@@ -115,6 +123,10 @@ class Model {
   std::vector<std::unique_ptr<Unit>> units_;
   std::unique_ptr<ConfigHandle> model_config_;
   std::vector<std::unique_ptr<Run>> runs_;  // microbatches of the current step
+  GradientReadyHook gradient_ready_;
+  std::vector<int64_t> gradient_pending_;  // per parameter: unit backwards still to come this step
+  std::vector<std::size_t> unit_parameters(const Unit& unit) const;  // its own and its connection's
+  void unit_backward_done(const Unit& unit);
   friend struct ScheduleEnvBridge;
   friend struct MhcStep;
 };

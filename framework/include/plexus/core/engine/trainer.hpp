@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "plexus/core/components.hpp"
+#include "plexus/core/distributed/runtime.hpp"
 #include "plexus/core/engine/model.hpp"
 #include "plexus/core/engine/optimizer.hpp"
 #include "plexus/core/plugin_host.hpp"
@@ -51,7 +52,12 @@ struct TrainResult {
 
 class Trainer {
  public:
-  Trainer(const PluginHost& host, boost::json::value run_config, std::unique_ptr<DataSource> data);
+  // With a distributed runtime of more than one data-parallel rank the trainer is data
+  // parallel: each step's global batch (ranks x train.microbatches microbatches) is sharded by
+  // data-parallel rank, gradients are averaged in buckets while backward runs, and only world
+  // rank 0 writes metrics, progress, samples and checkpoints. `runtime` must outlive the trainer.
+  Trainer(const PluginHost& host, boost::json::value run_config, std::unique_ptr<DataSource> data,
+          const distributed::Runtime* runtime = nullptr);
   ~Trainer();
   // Loads parameters, optimizer state and the step from a checkpoint directory (resume).
   void resume_from(const std::filesystem::path& checkpoint);

@@ -1,0 +1,169 @@
+// Data-parallel training through real MPI processes: `mpirun -np N plexus-train` against one
+// process with N times the microbatches on the same tokens. The global batch, the data
+// positions and the averaging are the same, so only the order of floating-point sums differs:
+// losses and final weights agree within 1e-6 relative (fp32; measured differences are ~1e-7,
+// the rounding of a handful of reordered sums, and Adam steps of 10 updates do not amplify them
+// past that on this model). Also: one writer, gradients reduced during backward, configs that
+// differ across ranks refused at start-up, and a topology the trainer cannot run refused.
+#define BOOST_TEST_MODULE dp_training
+#include <boost/json.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "mpi_launch.hpp"
+#include "plexus/core/checkpoint/checkpoint_dir.hpp"
+#include "run_process.hpp"
+#include "skip_module.hpp"
+#include "train_corpus.hpp"
+
+using plexus::test::mpirun;
+using plexus::test::quote;
+using plexus::test::run_process;
+using plexus::test::step_losses;
+using Corpus = plexus::test::TrainCorpus;
+
+namespace {
+
+constexpr double kRelative = 1e-6;
+const std::string kSteps = " --set train.steps=10 --set distributed.timeout_s=60";
+
+std::vector<boost::json::object> records(const std::filesystem::path& metrics, const std::string& event) {
+  std::vector<boost::json::object> out;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    auto record = boost::json::parse(line).as_object();
+    if (record.at("event").as_string() == event) out.push_back(record);
+  }
+  return out;
+}
+
+// max |a - b| / max |a| over each tensor of the two checkpoints' models.
+double worst_weight_difference(const std::filesystem::path& a, const std::filesystem::path& b) {
+  const auto ca = plexus::checkpoint::load_checkpoint(a);
+  const auto cb = plexus::checkpoint::load_checkpoint(b);
+  BOOST_TEST_REQUIRE(ca.model.names() == cb.model.names());
+  double worst = 0;
+  for (const std::string& name : ca.model.names()) {
+    const auto va = ca.model.tensor(name);
+    const auto vb = cb.model.tensor(name);
+    BOOST_TEST_REQUIRE(va.bytes.size() == vb.bytes.size());
+    const auto* fa = reinterpret_cast<const float*>(va.bytes.data());
+    const auto* fb = reinterpret_cast<const float*>(vb.bytes.data());
+    const std::size_t n = va.bytes.size() / sizeof(float);
+    double scale = 0, diff = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      scale = std::max(scale, std::abs(static_cast<double>(fa[i])));
+      diff = std::max(diff, std::abs(static_cast<double>(fa[i]) - fb[i]));
+    }
+    if (scale > 0) worst = std::max(worst, diff / scale);
+  }
+  return worst;
+}
+
+void expect_same_run(const std::filesystem::path& one, const std::filesystem::path& many) {
+  const std::vector<double> a = step_losses(one / "metrics.jsonl");
+  const std::vector<double> b = step_losses(many / "metrics.jsonl");
+  BOOST_TEST_REQUIRE(a.size() == 10u);
+  BOOST_TEST_REQUIRE(b.size() == 10u);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    BOOST_TEST(std::abs(a[i] - b[i]) <= kRelative * std::abs(a[i]),
+               "step " << i + 1 << ": " << a[i] << " vs " << b[i]);
+  BOOST_TEST(a.back() < a.front());
+  const double weights =
+      worst_weight_difference(one / "checkpoints" / "step_00000010", many / "checkpoints" / "step_00000010");
+  BOOST_TEST_MESSAGE("worst relative weight difference: " << weights);
+  BOOST_TEST(weights <= kRelative);
+}
+
+}  // namespace
+
+PLEXUS_SKIP_MODULE_UNLESS(plexus::test::have_mpirun(), "mpirun is not installed")
+
+BOOST_AUTO_TEST_CASE(two_ranks_match_one_rank_with_twice_the_microbatches) {
+  Corpus corpus;
+  const auto one = corpus.dir.path() / "one";
+  const auto two = corpus.dir.path() / "two";
+  const auto single = run_process(corpus.train(one.string(), "--set train.microbatches=2" + kSteps));
+  BOOST_TEST_REQUIRE(single.status == 0, single.output);
+  // Small buckets: several all-reduces per step, most started while backward still runs.
+  const auto dp =
+      run_process(mpirun(2) + corpus.train(two.string(), "--set train.microbatches=1" + kSteps +
+                                                             " --set distributed.bucket_mb=0.01"));
+  BOOST_TEST_REQUIRE(dp.status == 0, dp.output);
+  BOOST_TEST(dp.output.find("2 ranks from mpirun, comm backend 'mpi'") != std::string::npos, dp.output);
+  expect_same_run(one, two);
+
+  // One writer: a single start record, saying two ranks; buckets started during backward.
+  const auto starts = records(two / "metrics.jsonl", "start");
+  BOOST_TEST_REQUIRE(starts.size() == 1u);
+  BOOST_TEST(starts[0].at("data_parallel_size").as_int64() == 2);
+  for (const auto& step : records(two / "metrics.jsonl", "step"))
+    BOOST_TEST(step.at("buckets_started_in_backward").as_int64() > 1);
+  // The global batch doubles the tokens per step the single run's microbatches= 2 also had.
+  BOOST_TEST(plexus::checkpoint::latest_checkpoint(two / "checkpoints").has_value());
+}
+
+BOOST_AUTO_TEST_CASE(four_ranks_match_one_rank_with_four_microbatches) {
+  Corpus corpus;
+  const auto one = corpus.dir.path() / "one";
+  const auto four = corpus.dir.path() / "four";
+  const auto single = run_process(corpus.train(one.string(), "--set train.microbatches=4" + kSteps));
+  BOOST_TEST_REQUIRE(single.status == 0, single.output);
+  const auto dp = run_process(mpirun(4) + corpus.train(four.string(), "--set train.microbatches=1" + kSteps));
+  BOOST_TEST_REQUIRE(dp.status == 0, dp.output);
+  expect_same_run(one, four);
+}
+
+BOOST_AUTO_TEST_CASE(a_two_rank_checkpoint_resumes_on_one_rank_with_the_same_global_batch) {
+  Corpus corpus;
+  const auto run = corpus.dir.path() / "run";
+  const auto first =
+      run_process(mpirun(2) + corpus.train(run.string(), "--set train.microbatches=1 --set train.steps=4"));
+  BOOST_TEST_REQUIRE(first.status == 0, first.output);
+  const auto ckpt = run / "checkpoints" / "step_00000004";
+  const auto wrong = run_process(corpus.train(
+      run.string(), "--set train.microbatches=1 --set train.steps=6 --resume " + quote(ckpt.string())));
+  BOOST_TEST(wrong.status == 1);
+  BOOST_TEST(
+      wrong.output.find("microbatches per step over all data-parallel ranks: checkpoint 2, this run 1") !=
+          std::string::npos,
+      wrong.output);
+  const auto right = run_process(corpus.train(
+      run.string(), "--set train.microbatches=2 --set train.steps=6 --resume " + quote(ckpt.string())));
+  BOOST_TEST(right.status == 0, right.output);
+}
+
+BOOST_AUTO_TEST_CASE(ranks_with_different_configs_are_refused_at_start_up) {
+  Corpus corpus;
+  const auto out = corpus.dir.path() / "run";
+  // mpirun's MPMD form gives rank 1 a different command line.
+  const std::string rank0 = corpus.train(out.string(), "--set train.steps=5");
+  const std::string rank1 = corpus.train(out.string(), "--set train.steps=6");
+  const std::string command = mpirun(1) + rank0 + " : -np 1 " + rank1;
+  const auto result = run_process(command);
+  BOOST_TEST(result.status != 0);
+  BOOST_TEST(result.output.find("ranks started with different run configs") != std::string::npos,
+             result.output);
+  BOOST_TEST(result.output.find("rank 1") != std::string::npos, result.output);
+  BOOST_TEST(result.output.find("config.train.steps: 5 vs 6") != std::string::npos, result.output);
+  BOOST_TEST(!std::filesystem::exists(out / "metrics.jsonl"));  // refused before anything was written
+}
+
+BOOST_AUTO_TEST_CASE(model_parallel_groups_are_refused_and_a_world_that_does_not_factor_is_named) {
+  Corpus corpus;
+  const auto out = corpus.dir.path() / "run";
+  const auto tp =
+      run_process(mpirun(2) + corpus.train(out.string(), "--set 'distributed.topology.options={\"tp\": 2}'"));
+  BOOST_TEST(tp.status != 0);
+  BOOST_TEST(tp.output.find("not tp-parallel: it runs data parallelism only") != std::string::npos,
+             tp.output);
+  const auto odd =
+      run_process(mpirun(3) + corpus.train(out.string(), "--set 'distributed.topology.options={\"tp\": 2}'"));
+  BOOST_TEST(odd.status != 0);
+  BOOST_TEST(odd.output.find("world size 3") != std::string::npos, odd.output);
+}
