@@ -2,6 +2,7 @@
 #include <boost/json.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "engine/progress.hpp"
 #include "engine/trainer_impl.hpp"
@@ -14,6 +15,12 @@ namespace {
 
 int64_t get_int(const boost::json::value& root, const char* section, const char* key) {
   return root.at(section).at(key).to_number<int64_t>();
+}
+
+std::string mib_text(double mib) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", mib);
+  return text;
 }
 
 // The trainer's layers are not model-parallel: every group but dp must be a single rank.
@@ -179,7 +186,7 @@ TrainResult Trainer::run(const TrainerEvents& events) {
     log_info("trainer",
              "data parallel over " + std::to_string(t.dp_size) +
                  " ranks: " + std::to_string(t.reducer->num_buckets()) + " gradient buckets of up to " +
-                 boost::json::serialize(boost::json::value(t.runtime->settings().bucket_mb)) + " MiB");
+                 mib_text(t.runtime->settings().bucket_mb) + " MiB");
   t.write_metrics({{"event", "start"},
                    {"run", t.run_config.at("run").at("name")},
                    {"parameters", params},
