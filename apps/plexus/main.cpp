@@ -18,6 +18,7 @@ commands:
   data prepare --input F... --output-prefix P    text files to a Megatron indexed dataset (P.bin, P.idx)
   data inspect PREFIX                            counts and the start of a Megatron indexed dataset
   op --backend B --primitive P --input F --output F   one mHC primitive of a fusion backend, fwd + bwd
+  bench --backend B[,B...] [--primitive P]       time mHC primitives of fusion backends, check them
   version                                        this host's version and plugin ABI
 
 `plexus <command> --help` tells more.
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   if (args[0] == "config") return plexus::cli::config_command(rest);
   if (args[0] == "data") return plexus::cli::data_command(rest);
   if (args[0] == "op") return plexus::cli::op_command(rest);
+  if (args[0] == "bench") return plexus::cli::bench_command(rest);
   if (args[0] == "version" || args[0] == "--version") {
     std::cout << "plexus " << PLEXUS_VERSION_STRING << " (plugin ABI " << PLX_ABI_MAJOR << "." << PLX_ABI_MINOR << ")\n";
     return 0;
