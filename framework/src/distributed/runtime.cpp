@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
+
+#include <omp.h>
 
 #include "host_services/host_functions.hpp"
 #include "plexus/core/components.hpp"
@@ -105,6 +109,22 @@ struct Enumeration {
   }
 };
 
+// Ranks on one machine share its cores: unless the user chose (OMP_NUM_THREADS) or the launcher
+// bound each rank to its own cores (OpenMP then already sizes its team to them), each rank's
+// OpenMP team gets its share, so that N ranks do not run N x cores threads that preempt each
+// other in the middle of every parallel loop.
+void share_cpu_threads(const LaunchEnv& env) {
+  if (env.local_world_size <= 1 || std::getenv("OMP_NUM_THREADS") != nullptr) return;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (cores <= 0 || omp_get_num_procs() < cores) return;  // bound: the team fits the binding
+  const int threads = std::max(1, cores / env.local_world_size);
+  omp_set_num_threads(threads);
+  if (env.rank == 0)
+    log_info("distributed", std::to_string(env.local_world_size) + " ranks share this machine's " +
+                                std::to_string(cores) + " cores: " + std::to_string(threads) +
+                                " OpenMP thread(s) each (set OMP_NUM_THREADS to choose)");
+}
+
 }  // namespace
 
 Settings Settings::from_run_config(const boost::json::value& run_config, const LaunchEnv& env) {
@@ -175,6 +195,7 @@ std::unique_ptr<Runtime> Runtime::start(PluginHost& host, const boost::json::val
                    run_config);
   rt->build_groups(host);
   detail::set_comm_runtime(rt.get());
+  share_cpu_threads(env);
   return rt;
 }
 
