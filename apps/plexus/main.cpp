@@ -19,6 +19,7 @@ commands:
   data inspect PREFIX                            counts and the start of a Megatron indexed dataset
   op --backend B --primitive P --input F --output F   one mHC primitive of a fusion backend, fwd + bwd
   bench --backend B[,B...] [--primitive P]       time mHC primitives of fusion backends, check them
+  topology WORLD_SIZE [--set K=V]...             the process groups of a job of that many ranks
   version                                        this host's version and plugin ABI
 
 `plexus <command> --help` tells more.
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   if (args[0] == "config") return plexus::cli::config_command(rest);
   if (args[0] == "data") return plexus::cli::data_command(rest);
   if (args[0] == "op") return plexus::cli::op_command(rest);
+  if (args[0] == "topology") return plexus::cli::topology_command(rest);
   if (args[0] == "bench") return plexus::cli::bench_command(rest);
   if (args[0] == "version" || args[0] == "--version") {
     std::cout << "plexus " << PLEXUS_VERSION_STRING << " (plugin ABI " << PLX_ABI_MAJOR << "." << PLX_ABI_MINOR << ")\n";

@@ -191,34 +191,41 @@ std::unique_ptr<Runtime> Runtime::start(PluginHost& host, const boost::json::val
     throw std::runtime_error("the comm backend '" + s.comm + "' sees rank " + std::to_string(rt->rank()) +
                              " of " + std::to_string(rt->world_size()) + " but the launcher said " +
                              env.describe());
-  ensure_component(host, PLX_KIND_TOPOLOGY, s.topology, "distributed.topology.component", plugin_options,
-                   run_config);
-  rt->build_groups(host);
+  rt->build_groups(enumerate_topology(host, run_config, plugin_options, rt->world_size(), rt->rank()));
   detail::set_comm_runtime(rt.get());
   share_cpu_threads(env);
   return rt;
 }
 
-void Runtime::build_groups(PluginHost& host) {
-  const Component& provider = host.get(PLX_KIND_TOPOLOGY, settings_.topology);
-  settings_.topology_options =
-      validated_options(provider, settings_.topology_options, "distributed.topology.options");
-  ConfigHandle options(settings_.topology_options, "distributed.topology.options");
+Topology enumerate_topology(PluginHost& host, const boost::json::value& run_config,
+                            const PluginLoadOptions& plugin_options, int32_t world_size, int32_t rank) {
+  const boost::json::object& section = run_config.at("distributed").at("topology").as_object();
+  const std::string name(section.at("component").as_string());
+  const Component& provider = ensure_component(host, PLX_KIND_TOPOLOGY, name,
+                                               "distributed.topology.component", plugin_options, run_config);
+  const boost::json::value options_value =
+      validated_options(provider, section.at("options"), "distributed.topology.options");
+  ConfigHandle options(options_value, "distributed.topology.options");
   Enumeration groups;
-  groups.world_size = world_size();
+  groups.world_size = world_size;
   plx_group_sink sink{};
   sink.struct_size = sizeof(sink);
   sink.ctx = &groups;
   sink.add_group = &Enumeration::add;
   plx_topology_args args{};
   args.struct_size = sizeof(args);
-  args.world_size = world_size();
-  args.rank = rank();
+  args.world_size = world_size;
+  args.rank = rank;
   args.config = options.get();
   const plx_status status = provider.as<plx_topology_v1>().build(&args, &sink);
   if (status != PLX_OK && !groups.error.empty())
-    throw std::runtime_error("topology provider '" + settings_.topology + "': " + groups.error);
+    throw std::runtime_error("topology provider '" + name + "': " + groups.error);
   check_call(provider, "build", status);
+  return Topology{std::move(groups.kinds), std::move(groups.groups)};
+}
+
+void Runtime::build_groups(const Topology& topology) {
+  const Topology& groups = topology;
   // One split per kind, in the provider's order, identical on every rank.
   for (const std::string& kind : groups.kinds) {
     int32_t color = -1, key = 0;

@@ -34,6 +34,17 @@ struct Settings {
   static Settings from_run_config(const boost::json::value& run_config, const LaunchEnv& env);
 };
 
+// Every group the run config's topology provider (distributed.topology) enumerates for a world
+// of `world_size` ranks, by kind in the provider's order; the provider's plugin is loaded on
+// demand as Runtime::start does. Throws naming the key or the provider. What `plexus topology`
+// prints, and what the runtime creates.
+struct Topology {
+  std::vector<std::string> kinds;
+  std::map<std::string, std::vector<std::vector<int32_t>>, std::less<>> groups;
+};
+Topology enumerate_topology(PluginHost& host, const boost::json::value& run_config,
+                            const PluginLoadOptions& plugin_options, int32_t world_size, int32_t rank = 0);
+
 class Runtime {
  public:
   // Loads what the settings name (comm_<x> / topology_default plugins from the search path
@@ -65,7 +76,7 @@ class Runtime {
 
  private:
   Runtime() = default;
-  void build_groups(PluginHost& host);
+  void build_groups(const Topology& topology);
 
   LaunchEnv env_;
   Settings settings_;
