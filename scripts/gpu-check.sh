@@ -93,7 +93,31 @@ else
   pass "GPU tests: $total of $total passed"
 fi
 
-# ---- 4. a short training run on the GPU ---------------------------------------------------------
+# ---- 4. the fused mHC backend on the GPU: every primitive timed, checked against mhc_native -----
+# (gpu.test_mhc_fused_cuda above checks it against its CPU device on small sizes; this runs it at
+# a realistic size, float32 compared with mhc_native's CUDA device, bfloat16 timed only: mhc_native
+# has no bfloat16.)
+section "mhc_fused on the GPU (plexus bench)"
+bench_mhc=(--backend mhc_fused --device cuda:0 --primitive all --tokens 16384 --streams 4 --hidden 1024
+  --repeats 20)
+if [ ! -x "$bin/plexus" ] || ! "$bin/plexus" bench --help >/dev/null 2>&1; then
+  fail "mhc_fused bench: $bin/plexus was not built or has no bench command"
+else
+  if "$bin/plexus" bench "${bench_mhc[@]}" --check mhc_native --json "$logs/bench_mhc_fused_f32.json" 2>&1 |
+    tee "$logs/bench_mhc_fused_f32.log"; then
+    pass "mhc_fused float32 on the GPU: matches mhc_native, timings in $logs/bench_mhc_fused_f32.log"
+  else
+    fail "mhc_fused float32 on the GPU: plexus bench failed or differs from mhc_native, see $logs/bench_mhc_fused_f32.log"
+  fi
+  if "$bin/plexus" bench "${bench_mhc[@]}" --dtype bf16 --check none --json "$logs/bench_mhc_fused_bf16.json" 2>&1 |
+    tee "$logs/bench_mhc_fused_bf16.log"; then
+    pass "mhc_fused bfloat16 on the GPU: timings in $logs/bench_mhc_fused_bf16.log"
+  else
+    fail "mhc_fused bfloat16 on the GPU: plexus bench failed, see $logs/bench_mhc_fused_bf16.log"
+  fi
+fi
+
+# ---- 5. a short training run on the GPU ---------------------------------------------------------
 section "GPU training run ($steps steps, $(basename "$config"))"
 train_args=(--config "$config" --set run.device=cuda --set "train.steps=$steps")
 if [ ! -x "$bin/plexus-train" ] || [ ! -x "$bin/plexus" ]; then
@@ -153,7 +177,7 @@ else
   pass "GPU training: $steps steps, metrics in $metrics"
 fi
 
-# ---- 5. throughput against PyTorch on the GPU (information, when a CUDA PyTorch is at hand) -----
+# ---- 6. throughput against PyTorch on the GPU (information, when a CUDA PyTorch is at hand) -----
 section "GPU throughput against PyTorch eager"
 python="${PLEXUS_PYTHON:-/usr/bin/python3}"
 if "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
