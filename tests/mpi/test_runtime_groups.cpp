@@ -111,6 +111,44 @@ BOOST_AUTO_TEST_CASE(groups_hold_megatrons_ranks_and_plugins_reach_them) {
   BOOST_TEST(size == 2);
 }
 
+BOOST_AUTO_TEST_CASE(plugins_create_groups_from_rank_lists) {
+  Started& s = started();
+  const int r = s.runtime->rank();
+  const plx_host_api* api = s.host.services().table_for("a_plugin");
+  BOOST_TEST_REQUIRE(PLX_HAS_FIELD(api, plx_host_api, group_create));
+  // {0, 3} and {2} (in that group-rank order); rank 1 is in none.
+  const int32_t ranks[] = {3, 0, 2};
+  const uint32_t sizes[] = {2, 1};
+  plx_group mine = nullptr;
+  BOOST_TEST_REQUIRE(api->group_create(api->ctx, "outer", ranks, sizes, 2, &mine) == PLX_OK,
+                     plexus::HostServices::take_last_error());
+  if (r == 1) {
+    BOOST_TEST(mine == nullptr);
+  } else {
+    BOOST_TEST_REQUIRE(mine != nullptr);
+    int32_t rank = -1, size = -1;
+    BOOST_TEST(api->group_rank(api->ctx, mine, &rank, &size) == PLX_OK);
+    BOOST_TEST(size == (r == 2 ? 1 : 2));
+    BOOST_TEST(rank == (r == 0 ? 1 : 0));  // {3, 0}: rank 3 first
+    BOOST_TEST(group_sum(api, "outer", r, true) == (r == 2 ? 2 : 3));
+  }
+  // Taken names and bad lists are refused on every rank, before any communicator is made.
+  plx_group none = nullptr;
+  BOOST_TEST(api->group_create(api->ctx, "tp", ranks, sizes, 2, &none) == PLX_ERR_INVALID_ARGUMENT);
+  BOOST_TEST(plexus::HostServices::take_last_error().find("'tp' is taken") != std::string::npos);
+  const int32_t twice[] = {0, 1, 1};
+  const uint32_t three[] = {3};
+  BOOST_TEST(api->group_create(api->ctx, "bad", twice, three, 1, &none) == PLX_ERR_INVALID_ARGUMENT);
+  BOOST_TEST(plexus::HostServices::take_last_error().find("rank 1 is listed twice") != std::string::npos);
+  // Ranks asking for different groups are told so, all of them, naming the rank.
+  const int32_t pair[] = {0, static_cast<int32_t>(r == 2 ? 3 : 1)};
+  const uint32_t two[] = {2};
+  BOOST_TEST(api->group_create(api->ctx, "uneven", pair, two, 1, &none) == PLX_ERR_INVALID_ARGUMENT);
+  const std::string differ = plexus::HostServices::take_last_error();
+  BOOST_TEST(differ.find("different group_create arguments") != std::string::npos, differ);
+  BOOST_TEST(differ.find("rank 2") != std::string::npos, differ);
+}
+
 BOOST_AUTO_TEST_CASE(the_agreement_check_names_the_rank_that_differs_on_every_rank) {
   Started& s = started();
   const int r = s.runtime->rank();

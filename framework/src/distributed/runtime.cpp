@@ -249,6 +249,41 @@ Runtime::~Runtime() {
   world_.reset();
 }
 
+const Communicator* Runtime::create_groups(const std::string& name,
+                                           const std::vector<std::vector<int32_t>>& groups) {
+  if (name.empty() || name == "world" || std::find(kinds_.begin(), kinds_.end(), name) != kinds_.end())
+    throw std::runtime_error("group_create: the name '" + name +
+                             "' is taken (world and the topology's kinds are)");
+  std::vector<int32_t> seen(static_cast<std::size_t>(world_size()), -1);
+  int32_t color = -1, key = 0;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].empty())
+      throw std::runtime_error("group_create '" + name + "': group " + std::to_string(g) + " is empty");
+    for (std::size_t i = 0; i < groups[g].size(); ++i) {
+      const int32_t r = groups[g][i];
+      if (r < 0 || r >= world_size())
+        throw std::runtime_error("group_create '" + name + "': rank " + std::to_string(r) +
+                                 " is not in a world of " + std::to_string(world_size()));
+      if (seen[static_cast<std::size_t>(r)] >= 0)
+        throw std::runtime_error("group_create '" + name + "': rank " + std::to_string(r) +
+                                 " is listed twice");
+      seen[static_cast<std::size_t>(r)] = static_cast<int32_t>(g);
+      if (r == rank()) {
+        color = static_cast<int32_t>(g);
+        key = static_cast<int32_t>(i);
+      }
+    }
+  }
+  // Every rank must ask for the same groups: a mismatch would pair ranks wrongly, or hang.
+  boost::json::array lists;
+  for (const auto& g : groups) lists.emplace_back(boost::json::value_from(g));
+  check_same(boost::json::object{{"name", name}, {"groups", std::move(lists)}}, "group_create arguments");
+  auto comm = world_->split(color, key, name);
+  kinds_.push_back(name);
+  if (!comm) return nullptr;
+  return groups_.emplace(name, std::move(comm)).first->second.get();
+}
+
 const Communicator* Runtime::group(std::string_view kind) const {
   const auto it = groups_.find(kind);
   return it == groups_.end() ? nullptr : it->second.get();

@@ -5,17 +5,19 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "host_services/host_functions.hpp"
 #include "host_services/last_error.hpp"
 #include "plexus/core/distributed/runtime.hpp"
+#include "plexus/core/errors.hpp"
 
 namespace plexus::detail {
 namespace {
 
 using distributed::Communicator;
 
-std::atomic<const distributed::Runtime*> g_runtime{nullptr};
+std::atomic<distributed::Runtime*> g_runtime{nullptr};
 
 constexpr const char* kNoRuntime =
     "no communication group is available: the distributed runtime is not running in this host";
@@ -65,6 +67,30 @@ plx_status group_get(void*, const char* name, plx_group* out) {
   }
   *out = reinterpret_cast<plx_group>(const_cast<Communicator*>(comm));
   return PLX_OK;
+}
+
+plx_status group_create(void*, const char* name, const int32_t* ranks, const uint32_t* sizes,
+                        uint32_t num_groups, plx_group* out) {
+  *out = nullptr;
+  distributed::Runtime* runtime = g_runtime.load();
+  if (runtime == nullptr) return no_group();
+  if (name == nullptr || (num_groups > 0 && (ranks == nullptr || sizes == nullptr)))
+    return fail(PLX_ERR_INVALID_ARGUMENT, "group_create: name, ranks and sizes must not be NULL");
+  try {
+    std::vector<std::vector<int32_t>> groups;
+    std::size_t at = 0;
+    for (uint32_t g = 0; g < num_groups; ++g) {
+      groups.emplace_back(ranks + at, ranks + at + sizes[g]);
+      at += sizes[g];
+    }
+    const Communicator* comm = runtime->create_groups(name, groups);
+    *out = reinterpret_cast<plx_group>(const_cast<Communicator*>(comm));
+    return PLX_OK;
+  } catch (const ComponentCallError& e) {
+    return fail(static_cast<plx_status>(e.status()), e.what());
+  } catch (const std::exception& e) {
+    return fail(PLX_ERR_INVALID_ARGUMENT, e.what());
+  }
 }
 
 plx_status group_rank(void*, plx_group group, int32_t* rank, int32_t* size) {
@@ -128,7 +154,7 @@ plx_status request_test(void*, plx_request request, int32_t* done) {
 
 }  // namespace
 
-void set_comm_runtime(const distributed::Runtime* runtime) noexcept {
+void set_comm_runtime(distributed::Runtime* runtime) noexcept {
   g_runtime.store(runtime);
 }
 
@@ -145,6 +171,7 @@ void fill_comm_functions(plx_host_api& api) {
   api.barrier = &barrier;
   api.request_wait = &request_wait;
   api.request_test = &request_test;
+  api.group_create = &group_create;
 }
 
 }  // namespace plexus::detail

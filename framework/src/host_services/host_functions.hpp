@@ -14,7 +14,7 @@ class Runtime;
 namespace plexus::detail {
 
 // The runtime whose groups plugins' group functions reach (nullptr: none running).
-void set_comm_runtime(const distributed::Runtime* runtime) noexcept;
+void set_comm_runtime(distributed::Runtime* runtime) noexcept;
 
 // The metric sink shared by every plugin's table.
 struct MetricsChannel {

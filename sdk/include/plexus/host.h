@@ -110,6 +110,16 @@ typedef struct plx_host_api {
   /* Adds a value to the run's metrics stream (JSON lines) under "<plugin>/<name>" for the
    * current step, e.g. an MoE layer's load imbalance. Cheap; callable from any thread. */
   void (*report_metric)(void* ctx, const char* name, double value);
+
+  /* ---- ABI 1.2 ---- */
+  /* New groups from rank lists, beside the topology's. Collective over "world": every rank
+   * calls it with the same arguments. Creates `num_groups` disjoint groups named `name`; group i
+   * holds the world ranks ranks[o_i .. o_i + sizes[i]) (o_i = sizes[0] + ... + sizes[i-1]) in
+   * group-rank order. *out is this rank's group, or NULL when it is in none; later,
+   * group_get(name) finds it too. The name must be new, every rank in the world and in at most
+   * one of the groups; arguments that differ across ranks are an error on every rank. */
+  plx_status (*group_create)(void* ctx, const char* name, const int32_t* ranks, const uint32_t* sizes,
+                             uint32_t num_groups, plx_group* out);
 } plx_host_api;
 
 /* Pins of ABI 1.0. A new field goes after the last pinned one; existing pins never change. */
@@ -124,7 +134,9 @@ PLX_PIN_OFFSET(plx_host_api, group_get, 184);
 PLX_PIN_OFFSET(plx_host_api, request_test, 272);
 /* ABI 1.1 */
 PLX_PIN_OFFSET(plx_host_api, report_metric, 280);
-PLX_PIN_SIZE(plx_host_api, 288);
+/* ABI 1.2 */
+PLX_PIN_OFFSET(plx_host_api, group_create, 288);
+PLX_PIN_SIZE(plx_host_api, 296);
 
 #ifdef __cplusplus
 }

@@ -67,6 +67,12 @@ class Runtime {
   const Communicator& data_parallel() const;
   std::vector<std::string> group_kinds() const;
 
+  // Collective over the world, with the same arguments on every rank: new groups of kind
+  // `name` from disjoint lists of world ranks (in group-rank order). Returns this rank's
+  // communicator, or nullptr when it is in none; group(name) finds it afterwards. Throws when
+  // the name is taken, a rank is out of the world or listed twice, or the ranks disagree.
+  const Communicator* create_groups(const std::string& name, const std::vector<std::vector<int32_t>>& groups);
+
   // Collective: every rank's `payload` must equal rank 0's. Otherwise every rank throws the
   // same message, naming the ranks that differ and the first differing keys of each.
   void check_same(const boost::json::value& payload, std::string_view what) const;
