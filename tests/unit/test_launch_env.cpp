@@ -68,11 +68,13 @@ BOOST_AUTO_TEST_CASE(srun_only_inside_a_job_step) {
   step["SLURM_STEP_ID"] = "0";
   step["SLURM_PROCID"] = "5";
   step["SLURM_LOCALID"] = "1";
+  step["SLURM_NTASKS_PER_NODE"] = "4(x2)";  // Slurm's own notation: not read
   const LaunchEnv env = detect(step);
   BOOST_TEST(env.launcher == "srun");
   BOOST_TEST(env.rank == 5);
   BOOST_TEST(env.world_size == 8);
   BOOST_TEST(env.local_rank == 1);
+  BOOST_TEST(env.local_world_size == 0);  // unknown
 }
 
 BOOST_AUTO_TEST_CASE(rank_world_size_convention) {

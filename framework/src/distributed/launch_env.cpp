@@ -12,7 +12,7 @@ namespace {
 using Lookup = std::function<const char*(const char*)>;
 
 std::optional<int32_t> read_int(const Lookup& lookup, const char* name) {
-  const char* text = lookup(name);
+  const char* text = name[0] != '\0' ? lookup(name) : nullptr;
   if (text == nullptr) return std::nullopt;
   const std::string_view view(text);
   int32_t value = 0;
@@ -65,8 +65,8 @@ LaunchEnv LaunchEnv::detect(const Lookup& lookup) {
   static constexpr Source kOpenMpi{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
   static constexpr Source kHydra{"mpirun", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"};
-  static constexpr Source kSlurm{"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-                                 "SLURM_NTASKS_PER_NODE"};
+  // Slurm's per-node task counts may read "8(x2)"; the local world size is left unknown there.
+  static constexpr Source kSlurm{"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", ""};
   static constexpr Source kEnv{"env", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
 
   std::optional<LaunchEnv> found = read_source(lookup, kOpenMpi);
