@@ -22,6 +22,7 @@
 
 #include <boost/json.hpp>
 
+#include "mpi_launch.hpp"
 #include "plexus/comm.h"
 #include "plexus/core/host_services.hpp"
 #include "plexus/core/plugin_host.hpp"
@@ -32,10 +33,6 @@ namespace plexus::test {
 
 inline bool under_mpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
-}
-
-inline bool has_mpirun() {
-  return run_process("command -v mpirun").status == 0;
 }
 
 inline std::filesystem::path plugin_file(const std::string& plugin) {

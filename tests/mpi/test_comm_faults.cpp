@@ -24,7 +24,7 @@ namespace utf = boost::unit_test;
 using namespace plexus::test;
 
 PLEXUS_SKIP_MODULE_UNLESS(std::filesystem::exists(plugin_file("comm_mpi")) &&
-                              (under_mpirun() || has_mpirun()),
+                              (under_mpirun() || have_mpirun()),
                           "needs the comm_mpi plugin (a build with MPI) and mpirun")
 
 namespace {

@@ -16,10 +16,11 @@
 #include "train_corpus.hpp"
 
 using plexus::test::BackgroundJob;
-using plexus::test::mpirun;
+using plexus::test::mpirun_command;
 using Corpus = plexus::test::TrainCorpus;
 
-PLEXUS_SKIP_MODULE_UNLESS(plexus::test::have_mpirun(), "mpirun is not installed")
+PLEXUS_SKIP_MODULE_UNLESS(plexus::test::have_mpirun() && plexus::test::comm_mpi_built(),
+                          "needs mpirun and the comm_mpi plugin (a build with MPI)")
 
 namespace {
 
@@ -40,11 +41,12 @@ int steps_done(const std::filesystem::path& metrics) {
 struct FaultRun {
   Corpus corpus;
   std::filesystem::path out = corpus.dir.path() / "run";
-  BackgroundJob job{mpirun(2, 120) + corpus.train(out.string(),
-                                                  "--set train.steps=1000000 --set train.microbatches=1"
-                                                  " --set distributed.timeout_s=" +
-                                                      std::to_string(kTimeoutSeconds)),
-                    corpus.dir.path() / "job.log"};
+  BackgroundJob job{
+      mpirun_command(2, 120) + corpus.train(out.string(),
+                                            "--set train.steps=1000000 --set train.microbatches=1"
+                                            " --set distributed.timeout_s=" +
+                                                std::to_string(kTimeoutSeconds)),
+      corpus.dir.path() / "job.log"};
 
   // Waits until the job trains, then returns rank 1's pid.
   pid_t rank_one_when_training() {

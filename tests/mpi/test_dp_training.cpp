@@ -21,7 +21,7 @@
 #include "skip_module.hpp"
 #include "train_corpus.hpp"
 
-using plexus::test::mpirun;
+using plexus::test::mpirun_command;
 using plexus::test::quote;
 using plexus::test::run_process;
 using plexus::test::step_losses;
@@ -82,7 +82,8 @@ void expect_same_run(const std::filesystem::path& one, const std::filesystem::pa
 
 }  // namespace
 
-PLEXUS_SKIP_MODULE_UNLESS(plexus::test::have_mpirun(), "mpirun is not installed")
+PLEXUS_SKIP_MODULE_UNLESS(plexus::test::have_mpirun() && plexus::test::comm_mpi_built(),
+                          "needs mpirun and the comm_mpi plugin (a build with MPI)")
 
 BOOST_AUTO_TEST_CASE(two_ranks_match_one_rank_with_twice_the_microbatches) {
   Corpus corpus;
@@ -92,8 +93,8 @@ BOOST_AUTO_TEST_CASE(two_ranks_match_one_rank_with_twice_the_microbatches) {
   BOOST_TEST_REQUIRE(single.status == 0, single.output);
   // Small buckets: several all-reduces per step, most started while backward still runs.
   const auto dp =
-      run_process(mpirun(2) + corpus.train(two.string(), "--set train.microbatches=1" + kSteps +
-                                                             " --set distributed.bucket_mb=0.01"));
+      run_process(mpirun_command(2) + corpus.train(two.string(), "--set train.microbatches=1" + kSteps +
+                                                                     " --set distributed.bucket_mb=0.01"));
   BOOST_TEST_REQUIRE(dp.status == 0, dp.output);
   BOOST_TEST(dp.output.find("2 ranks from mpirun, comm backend 'mpi'") != std::string::npos, dp.output);
   expect_same_run(one, two);
@@ -114,7 +115,8 @@ BOOST_AUTO_TEST_CASE(four_ranks_match_one_rank_with_four_microbatches) {
   const auto four = corpus.dir.path() / "four";
   const auto single = run_process(corpus.train(one.string(), "--set train.microbatches=4" + kSteps));
   BOOST_TEST_REQUIRE(single.status == 0, single.output);
-  const auto dp = run_process(mpirun(4) + corpus.train(four.string(), "--set train.microbatches=1" + kSteps));
+  const auto dp =
+      run_process(mpirun_command(4) + corpus.train(four.string(), "--set train.microbatches=1" + kSteps));
   BOOST_TEST_REQUIRE(dp.status == 0, dp.output);
   expect_same_run(one, four);
 }
@@ -122,8 +124,8 @@ BOOST_AUTO_TEST_CASE(four_ranks_match_one_rank_with_four_microbatches) {
 BOOST_AUTO_TEST_CASE(a_two_rank_checkpoint_resumes_on_one_rank_with_the_same_global_batch) {
   Corpus corpus;
   const auto run = corpus.dir.path() / "run";
-  const auto first =
-      run_process(mpirun(2) + corpus.train(run.string(), "--set train.microbatches=1 --set train.steps=4"));
+  const auto first = run_process(
+      mpirun_command(2) + corpus.train(run.string(), "--set train.microbatches=1 --set train.steps=4"));
   BOOST_TEST_REQUIRE(first.status == 0, first.output);
   const auto ckpt = run / "checkpoints" / "step_00000004";
   const auto wrong = run_process(corpus.train(
@@ -144,7 +146,7 @@ BOOST_AUTO_TEST_CASE(ranks_with_different_configs_are_refused_at_start_up) {
   // mpirun's MPMD form gives rank 1 a different command line.
   const std::string rank0 = corpus.train(out.string(), "--set train.steps=5");
   const std::string rank1 = corpus.train(out.string(), "--set train.steps=6");
-  const std::string command = mpirun(1) + rank0 + " : -np 1 " + rank1;
+  const std::string command = mpirun_command(1) + rank0 + " : -np 1 " + rank1;
   const auto result = run_process(command);
   BOOST_TEST(result.status != 0);
   BOOST_TEST(result.output.find("ranks started with different run configs") != std::string::npos,
@@ -157,13 +159,13 @@ BOOST_AUTO_TEST_CASE(ranks_with_different_configs_are_refused_at_start_up) {
 BOOST_AUTO_TEST_CASE(model_parallel_groups_are_refused_and_a_world_that_does_not_factor_is_named) {
   Corpus corpus;
   const auto out = corpus.dir.path() / "run";
-  const auto tp =
-      run_process(mpirun(2) + corpus.train(out.string(), "--set 'distributed.topology.options={\"tp\": 2}'"));
+  const auto tp = run_process(mpirun_command(2) +
+                              corpus.train(out.string(), "--set 'distributed.topology.options={\"tp\": 2}'"));
   BOOST_TEST(tp.status != 0);
   BOOST_TEST(tp.output.find("not tp-parallel: it runs data parallelism only") != std::string::npos,
              tp.output);
-  const auto odd =
-      run_process(mpirun(3) + corpus.train(out.string(), "--set 'distributed.topology.options={\"tp\": 2}'"));
+  const auto odd = run_process(
+      mpirun_command(3) + corpus.train(out.string(), "--set 'distributed.topology.options={\"tp\": 2}'"));
   BOOST_TEST(odd.status != 0);
   BOOST_TEST(odd.output.find("world size 3") != std::string::npos, odd.output);
 }

@@ -23,9 +23,15 @@ inline bool have_mpirun() {
   return std::system("command -v mpirun > /dev/null 2>&1") == 0;
 }
 
+// Whether this build has the MPI comm backend (a build without MPI has none to test).
+inline bool comm_mpi_built() {
+  return std::filesystem::exists(std::filesystem::path(PLEXUS_BUILD_DIR) /
+                                 "lib/plexus/plugins/libplexus_comm_mpi.so");
+}
+
 // `mpirun -np N` with what a CI container needs: root allowed, oversubscription for more ranks
 // than cores. `timeout` bounds the whole job so that a broken test cannot hang CI.
-inline std::string mpirun(int ranks, int limit_seconds = 300) {
+inline std::string mpirun_command(int ranks, int limit_seconds = 300) {
   return "timeout -s KILL " + std::to_string(limit_seconds) +
          " env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1"
          " mpirun --oversubscribe -np " +

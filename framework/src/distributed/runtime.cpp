@@ -138,9 +138,6 @@ Settings Settings::from_run_config(const boost::json::value& run_config, const L
   s.timeout_s = section.at("timeout_s").to_number<double>();
   s.bucket_mb = section.at("bucket_mb").to_number<double>();
   s.comm_options = section.at("comm_options");
-  const boost::json::object& topology = section.at("topology").as_object();
-  s.topology = std::string(topology.at("component").as_string());
-  s.topology_options = topology.at("options");
   return s;
 }
 

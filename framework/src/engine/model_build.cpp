@@ -89,6 +89,11 @@ void Model::build_unit(const PluginHost& host, const boost::json::value& run_con
   if (settings_.mhc.enabled && unit->role == UnitRole::decoder)
     declare_mhc_parameters(*unit, prefix + (section == "attention" ? "self_attention_hyper_connection."
                                                                    : "mlp_hyper_connection."));
+  unit->gradient_params = unit->params;
+  if (unit->mhc)
+    unit->gradient_params.insert(
+        unit->gradient_params.end(),
+        {unit->mhc->phi, unit->mhc->alpha_pre, unit->mhc->alpha_post, unit->mhc->alpha_res, unit->mhc->bias});
   units_.push_back(std::move(unit));
 }
 

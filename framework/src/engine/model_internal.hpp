@@ -18,6 +18,7 @@ struct Model::Unit {
   std::unique_ptr<ConfigHandle> config;
   std::unique_ptr<LayerInstance> layer;
   std::vector<std::size_t> params;  // indices into the ParameterStore, in the layer's order
+  std::vector<std::size_t> gradient_params;  // params and, under mHC, the connection's: what backward writes
   std::vector<DLTensor> param_views;
   std::vector<DLTensor> grad_views;
   std::vector<plx_stage_info> stages;

@@ -257,16 +257,9 @@ void Model::backward_stage(Run& run, uint32_t u, uint32_t stage) {
     run.backward_stage = static_cast<uint32_t>(units_[run.backward_unit]->stages.size()) - 1;
 }
 
-std::vector<std::size_t> Model::unit_parameters(const Unit& unit) const {
-  std::vector<std::size_t> indices = unit.params;
-  if (unit.mhc) indices.insert(indices.end(), {unit.mhc->phi, unit.mhc->alpha_pre, unit.mhc->alpha_post,
-                                               unit.mhc->alpha_res, unit.mhc->bias});
-  return indices;
-}
-
 void Model::unit_backward_done(const Unit& unit) {
   if (gradient_pending_.empty()) return;
-  for (std::size_t i : unit_parameters(unit))
+  for (std::size_t i : unit.gradient_params)
     if (--gradient_pending_[i] == 0 && gradient_ready_) gradient_ready_(i);
 }
 

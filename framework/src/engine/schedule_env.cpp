@@ -58,7 +58,7 @@ double Model::forward_backward(const SchedulerInstance& scheduler, const std::ve
   runs_.clear();
   gradient_pending_.assign(params_.size(), 0);
   for (const auto& unit : units_)
-    for (std::size_t i : unit_parameters(*unit))
+    for (std::size_t i : unit->gradient_params)
       gradient_pending_[i] += static_cast<int64_t>(microbatches.size());
   const double scale = 1.0 / static_cast<double>(microbatches.size());
   for (uint32_t i = 0; i < microbatches.size(); ++i)

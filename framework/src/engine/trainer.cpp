@@ -95,11 +95,11 @@ void Trainer::resume_from(const std::filesystem::path& checkpoint) {
   impl_->load_checkpoint(checkpoint);
 }
 
-double Trainer::Impl::mean_over_ranks(double value) const {
+double Trainer::Impl::over_ranks(double value, distributed::ReduceOp op) const {
   if (dp == nullptr) return value;
   Tensor scalar({1}, plx_dtype_f64());
   *scalar.data<double>() = value;
-  dp->all_reduce(scalar.view(), distributed::ReduceOp::avg);
+  dp->all_reduce(scalar.view(), op);
   return *scalar.data<double>();
 }
 
@@ -124,7 +124,7 @@ double Trainer::Impl::evaluate() {
     data->validation_batch(static_cast<uint64_t>(i), batch);
     sum += model->evaluate(batch);
   }
-  return mean_over_ranks(sum) * static_cast<double>(dp_size) / static_cast<double>(eval_iters);
+  return over_ranks(sum, distributed::ReduceOp::sum) / static_cast<double>(eval_iters);
 }
 
 std::string Trainer::Impl::sample(int64_t step) {
@@ -183,10 +183,9 @@ TrainResult Trainer::run(const TrainerEvents& events) {
                             std::to_string(t.model->settings().num_layers) + " layers; training steps " +
                             std::to_string(t.start_step + 1) + ".." + std::to_string(t.steps));
   if (t.writer && t.reducer)
-    log_info("trainer",
-             "data parallel over " + std::to_string(t.dp_size) +
-                 " ranks: " + std::to_string(t.reducer->num_buckets()) + " gradient buckets of up to " +
-                 mib_text(t.runtime->settings().bucket_mb) + " MiB");
+    log_info("trainer", "data parallel over " + std::to_string(t.dp_size) + " ranks: " +
+                            std::to_string(t.reducer->num_buckets()) + " gradient buckets of up to " +
+                            mib_text(t.runtime->settings().bucket_mb) + " MiB");
   t.write_metrics({{"event", "start"},
                    {"run", t.run_config.at("run").at("name")},
                    {"parameters", params},
@@ -221,7 +220,7 @@ TrainResult Trainer::run(const TrainerEvents& events) {
     double loss = t.model->forward_backward(*t.scheduler, t.batches);
     if (t.reducer) {
       t.reducer->finish();
-      loss = t.mean_over_ranks(loss);
+      loss = t.over_ranks(loss, distributed::ReduceOp::avg);
     }
     t.model->check_gradients_finite();
     const double grad_norm = t.optimizer->step(step);

@@ -37,7 +37,7 @@ struct Trainer::Impl {
   int64_t dp_rank = 0, dp_size = 1;
   bool writer = true;  // world rank 0: metrics, progress, samples, checkpoints
   std::unique_ptr<GradientReducer> reducer;
-  double mean_over_ranks(double value) const;
+  double over_ranks(double value, distributed::ReduceOp op) const;  // dp group; itself on one rank
   void barrier() const;
 
   std::ofstream metrics;

@@ -22,14 +22,6 @@ void divide_as(const View& view, int32_t divisor) {
 
 }  // namespace
 
-std::string device_text(DLDevice device) {
-  const std::string type = device.device_type == kDLCPU ? std::string("cpu")
-                           : device.device_type == kDLCUDA
-                               ? std::string("cuda")
-                               : "device type " + std::to_string(device.device_type);
-  return type + ":" + std::to_string(device.device_id);
-}
-
 View view_of(const DLTensor* tensor, const char* what, const std::string& call) {
   const std::string name = call + ": " + what;
   if (tensor == nullptr) throw Error(PLX_ERR_INVALID_ARGUMENT, name + " is NULL");

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "plexus/cpp/tensor.hpp"
 #include "plexus/tensor.h"
 #include "runtime.hpp"
 
@@ -45,7 +46,6 @@ Reduction reduction_for(Runtime& runtime, DLDataType dtype, int32_t op, const st
 // Divides every element by `divisor` (integers truncate toward zero, as C does).
 void divide(const View& view, int32_t divisor);
 
-// "cpu:0", "cuda:1".
-std::string device_text(DLDevice device);
+using plexus::sdk::device_text;
 
 }  // namespace plexus::comm_mpi

@@ -36,14 +36,6 @@ void check_nccl(ncclResult_t result, const char* call, const std::string& where,
   throw Error(status_of(result), where + ": " + call + " failed: " + nccl_text(result, comm));
 }
 
-std::string device_text(DLDevice device) {
-  const std::string type = device.device_type == kDLCUDA ? std::string("cuda")
-                           : device.device_type == kDLCPU
-                               ? std::string("cpu")
-                               : "device type " + std::to_string(device.device_type);
-  return type + ":" + std::to_string(device.device_id);
-}
-
 CurrentDevice::CurrentDevice(int device) {
   PLX_NCCL_CUDA(cudaGetDevice(&previous_), "nccl");
   if (previous_ == device) return;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "plexus/cpp/error.hpp"
+#include "plexus/cpp/tensor.hpp"
 #include "plexus/tensor.h"
 
 namespace plexus::comm_nccl {
@@ -31,8 +32,7 @@ std::string nccl_text(ncclResult_t result, ncclComm_t comm);
 // Throws Error(status_of(result)) "<where>: <call> failed: <nccl_text>" unless ncclSuccess.
 void check_nccl(ncclResult_t result, const char* call, const std::string& where, ncclComm_t comm = nullptr);
 
-// "cuda:1"
-std::string device_text(DLDevice device);
+using plexus::sdk::device_text;
 
 // Makes `device` current and restores the caller's device on every path: the host and other
 // plugins keep their own current device.

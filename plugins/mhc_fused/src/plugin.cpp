@@ -30,12 +30,7 @@ constexpr bool kHaveCuda = false;
               "mhc_fused runs on the CPU only, not on device type " + std::to_string(static_cast<int>(type)));
 }
 
-std::string device_text(DLDevice d) {
-  const std::string type = d.device_type == kDLCPU    ? std::string("cpu")
-                           : d.device_type == kDLCUDA ? std::string("cuda")
-                                                      : "device type " + std::to_string(d.device_type);
-  return type + ":" + std::to_string(d.device_id);
-}
+using plexus::sdk::device_text;
 
 // One instance per device (the family's create is called once per device): a CPU instance keeps
 // nothing (every CPU call works on its arguments only; per-call scratch is allocated and freed

@@ -24,12 +24,7 @@ constexpr bool kHaveCuda = true;
 constexpr bool kHaveCuda = false;
 #endif
 
-std::string device_text(DLDevice d) {
-  const std::string type = d.device_type == kDLCPU    ? std::string("cpu")
-                           : d.device_type == kDLCUDA ? std::string("cuda")
-                                                      : "device type " + std::to_string(d.device_type);
-  return type + ":" + std::to_string(d.device_id);
-}
+using plexus::sdk::device_text;
 
 // One instance per device (the family's create is called once per device): a CPU instance runs
 // the CPU primitives; a CUDA instance owns its GPU's cuBLAS handle and scratch.

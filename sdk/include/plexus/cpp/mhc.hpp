@@ -67,12 +67,7 @@ inline std::string dims_text(const int64_t* dims, int64_t ndim) {
   return s + "]";
 }
 
-inline std::string device_text(DLDevice d) {
-  const std::string type = d.device_type == kDLCPU    ? std::string("cpu")
-                           : d.device_type == kDLCUDA ? std::string("cuda")
-                                                      : "device_type " + std::to_string(d.device_type);
-  return type + ":" + std::to_string(d.device_id);
-}
+using plexus::sdk::device_text;
 
 inline std::string number_text(double value) {
   std::ostringstream s;

@@ -32,6 +32,14 @@ inline void expect_cpu_contiguous(const DLTensor& t, DLDataType dtype, const cha
     throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(what) + ": expected a contiguous tensor");
 }
 
+// "cpu:0", "cuda:1", "device type 7:0": a device as messages name it.
+inline std::string device_text(DLDevice d) {
+  const std::string type = d.device_type == kDLCPU    ? std::string("cpu")
+                           : d.device_type == kDLCUDA ? std::string("cuda")
+                                                      : "device type " + std::to_string(d.device_type);
+  return type + ":" + std::to_string(d.device_id);
+}
+
 template <class T>
 T* data_as(const DLTensor& t) {
   return static_cast<T*>(plx_data(&t));

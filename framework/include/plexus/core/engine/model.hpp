@@ -125,7 +125,6 @@ class Model {
   std::vector<std::unique_ptr<Run>> runs_;  // microbatches of the current step
   GradientReadyHook gradient_ready_;
   std::vector<int64_t> gradient_pending_;  // per parameter: unit backwards still to come this step
-  std::vector<std::size_t> unit_parameters(const Unit& unit) const;  // its own and its connection's
   void unit_backward_done(const Unit& unit);
   friend struct ScheduleEnvBridge;
   friend struct MhcStep;
