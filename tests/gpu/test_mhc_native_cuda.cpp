@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "mhc_case.hpp"
+#include "mhc_gpu_calls.hpp"
 #include "plexus/core/components.hpp"
 #include "plexus/core/device.hpp"
 #include "plexus/core/engine/tensor.hpp"
@@ -53,11 +54,7 @@
 
 namespace {
 
-const DLDevice kCpu{kDLCPU, 0};
-const DLDevice kGpu{kDLCUDA, 0};
-
-using Shape = std::vector<int64_t>;
-using Tensors = std::map<std::string, plexus::Tensor>;
+using namespace plexus::test::mhc_gpu;  // NOLINT: the shared case machinery
 
 plexus::PluginHost& plugins() {
   static plexus::PluginHost host;
@@ -85,9 +82,6 @@ class Backend {
   plexus::MhcBackend backend_;
 };
 
-using Logits = plexus::test::MhcLogits;
-using Case = plexus::test::MhcCase;
-
 // 133 tokens per case: not a multiple of any block size of the GPU kernels; plus one case that
 // spans several token blocks of the Sinkhorn workspace.
 std::vector<Case> cases() {
@@ -98,235 +92,6 @@ std::vector<Case> cases() {
   blocks.T = 2000;
   all.push_back(blocks);
   return all;
-}
-
-// ---- tensors ----
-
-plexus::Tensor host_tensor(const Shape& shape, float value) {
-  plexus::Tensor t(shape, plx_dtype_f32(), kCpu);
-  std::fill_n(t.data<float>(), t.numel(), value);
-  return t;
-}
-
-plexus::Tensor random(const Shape& shape, std::mt19937_64& rng, double scale = 1.0, double offset = 0.0) {
-  plexus::Tensor t(shape, plx_dtype_f32(), kCpu);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  for (int64_t i = 0; i < t.numel(); ++i)
-    t.data<float>()[i] = static_cast<float>(offset + scale * normal(rng));
-  return t;
-}
-
-// The inputs of every primitive, including the upstream gradients g_* (as the parity test draws them).
-Tensors make_inputs(const Case& c, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  const int64_t n = c.n, C = c.C, T = c.T, W = c.W();
-  Tensors in;
-  in["x"] = random({T, n, C}, rng);
-  in["phi"] = random({n * C, W}, rng, 1.0 / std::sqrt(static_cast<double>(n * C)));
-  in["g_p"] = random({T, W}, rng);
-  in["g_r"] = random({T}, rng);
-
-  in["p"] = random({T, W}, rng);
-  in["r"] = random({T}, rng, 0.3, 1.0);
-  in["alpha"] = host_tensor({3}, 0.0f);
-  const float alpha[3] = {0.8f, -0.6f, 1.3f};
-  std::copy_n(alpha, 3, in["alpha"].data<float>());
-  in["b"] = random({W}, rng, 0.5);
-  float* b = in["b"].data<float>();
-  float* p = in["p"].data<float>();
-  std::normal_distribution<double> noise(0.0, 100.0);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t k = 2 * n + i * n + j;
-      switch (c.logits) {
-        case Logits::ordinary:
-          break;
-        case Logits::large:
-          b[k] += static_cast<float>((j == (i + 1) % n ? 1000.0 : -1000.0) + noise(rng));
-          break;
-        case Logits::tiny_sums:
-          b[k] -= j == 0 ? 25.0f : 0.0f;
-          break;
-        case Logits::spread:
-          b[k] *= 4.0f;
-          break;
-        case Logits::column_dominated:
-          b[k] = j == 0 ? 4.0f : 0.2f * b[k];
-          for (int64_t t = 0; t < T; ++t) p[t * W + k] *= 0.2f;
-          break;
-      }
-    }
-  in["g_h_pre"] = random({T, n}, rng);
-  in["g_h_post"] = random({T, n}, rng);
-  in["g_h_res"] = random({T, n, n}, rng);
-
-  in["h_pre"] = random({T, n}, rng, 0.5, 0.5);
-  in["g_u"] = random({T, C}, rng);
-
-  in["h_res"] = random({T, n, n}, rng, 0.5);
-  in["h_post"] = random({T, n}, rng, 0.5, 1.0);
-  in["f"] = random({T, C}, rng);
-  in["bias"] = random({C}, rng, 0.3);
-  in["g_y"] = random({T, n, C}, rng);
-  return in;
-}
-
-// Every output, and whether the family accumulates into it (+=) or writes it.
-struct Output {
-  Shape shape;
-  bool accumulated;
-};
-std::map<std::string, Output> outputs(const Case& c) {
-  const int64_t n = c.n, C = c.C, T = c.T, W = c.W();
-  return {{"out.p", {{T, W}, false}},
-          {"out.r", {{T}, false}},
-          {"proj_rms.dx", {{T, n, C}, true}},
-          {"dphi", {{n * C, W}, true}},
-          {"out.h_pre", {{T, n}, false}},
-          {"out.h_post", {{T, n}, false}},
-          {"out.h_res", {{T, n, n}, false}},
-          {"dp", {{T, W}, false}},
-          {"dr", {{T}, false}},
-          {"dalpha", {{3}, true}},
-          {"db", {{W}, true}},
-          {"u", {{T, C}, false}},
-          {"aggregate.dx", {{T, n, C}, true}},
-          {"dh_pre", {{T, n}, false}},
-          {"y", {{T, n, C}, false}},
-          {"post_res.dx", {{T, n, C}, true}},
-          {"dh_res", {{T, n, n}, false}},
-          {"dh_post", {{T, n}, false}},
-          {"df", {{T, C}, false}},
-          {"dbias", {{C}, true}}};
-}
-
-bool is_forward(const std::string& name) {
-  return name.rfind("out.", 0) == 0 || name == "u" || name == "y";
-}
-
-// Accumulated outputs start at zero, written ones as NaN: an element a kernel misses stays NaN.
-Tensors fresh_outputs(const Case& c) {
-  Tensors out;
-  for (const auto& [name, o] : outputs(c))
-    out[name] = host_tensor(o.shape, o.accumulated ? 0.0f : std::numeric_limits<float>::quiet_NaN());
-  return out;
-}
-
-Tensors to_device(const Tensors& tensors, DLDevice device) {
-  Tensors moved;
-  for (const auto& [name, t] : tensors) moved[name] = t.to(device);
-  return moved;
-}
-
-// DLTensor views of a set of tensors, alive as long as this object (the calls take pointers).
-class Views {
- public:
-  explicit Views(const Tensors& tensors) {
-    for (const auto& [name, t] : tensors) views_[name] = t.view();
-  }
-  DLTensor* operator[](const std::string& name) {
-    const auto it = views_.find(name);
-    BOOST_TEST_REQUIRE((it != views_.end()), "no tensor " << name);
-    return &it->second;
-  }
-
- private:
-  std::map<std::string, DLTensor> views_;
-};
-
-// The eight calls of one case, forward then backward of each primitive, on whatever device the
-// tensors are on (inputs `in`, outputs `out`).
-void run_all(const plexus::MhcBackend& be, const Case& c, const Tensors& in, const Tensors& out,
-             plx_stream stream = nullptr) {
-  const plx_mhc_problem pb = c.problem();
-  Views i(in), o(out);
-  DLTensor* bias = c.bias ? i["bias"] : nullptr;  // NULL: F has no output bias
-
-  be.proj_rms_forward(pb,
-                      {.struct_size = sizeof(plx_mhc_proj_rms_forward_args),
-                       .reserved = 0,
-                       .x = i["x"],
-                       .phi = i["phi"],
-                       .p = o["out.p"],
-                       .r = o["out.r"]},
-                      stream);
-  be.proj_rms_backward(pb,
-                       {.struct_size = sizeof(plx_mhc_proj_rms_backward_args),
-                        .reserved = 0,
-                        .x = i["x"],
-                        .phi = i["phi"],
-                        .dp = i["g_p"],
-                        .dr = i["g_r"],
-                        .dx = o["proj_rms.dx"],
-                        .dphi = o["dphi"]},
-                       stream);
-  be.mappings_forward(pb,
-                      {.struct_size = sizeof(plx_mhc_mappings_forward_args),
-                       .reserved = 0,
-                       .p = i["p"],
-                       .r = i["r"],
-                       .alpha = i["alpha"],
-                       .b = i["b"],
-                       .h_pre = o["out.h_pre"],
-                       .h_post = o["out.h_post"],
-                       .h_res = o["out.h_res"]},
-                      stream);
-  be.mappings_backward(pb,
-                       {.struct_size = sizeof(plx_mhc_mappings_backward_args),
-                        .reserved = 0,
-                        .p = i["p"],
-                        .r = i["r"],
-                        .alpha = i["alpha"],
-                        .b = i["b"],
-                        .dh_pre = i["g_h_pre"],
-                        .dh_post = i["g_h_post"],
-                        .dh_res = i["g_h_res"],
-                        .dp = o["dp"],
-                        .dr = o["dr"],
-                        .dalpha = o["dalpha"],
-                        .db = o["db"]},
-                       stream);
-  be.aggregate_forward(pb,
-                       {.struct_size = sizeof(plx_mhc_aggregate_forward_args),
-                        .reserved = 0,
-                        .x = i["x"],
-                        .h_pre = i["h_pre"],
-                        .u = o["u"]},
-                       stream);
-  be.aggregate_backward(pb,
-                        {.struct_size = sizeof(plx_mhc_aggregate_backward_args),
-                         .reserved = 0,
-                         .x = i["x"],
-                         .h_pre = i["h_pre"],
-                         .du = i["g_u"],
-                         .dx = o["aggregate.dx"],
-                         .dh_pre = o["dh_pre"]},
-                        stream);
-  be.post_res_forward(pb,
-                      {.struct_size = sizeof(plx_mhc_post_res_forward_args),
-                       .reserved = 0,
-                       .x = i["x"],
-                       .h_res = i["h_res"],
-                       .h_post = i["h_post"],
-                       .f = i["f"],
-                       .bias = bias,
-                       .y = o["y"]},
-                      stream);
-  be.post_res_backward(pb,
-                       {.struct_size = sizeof(plx_mhc_post_res_backward_args),
-                        .reserved = 0,
-                        .x = i["x"],
-                        .h_res = i["h_res"],
-                        .h_post = i["h_post"],
-                        .f = i["f"],
-                        .bias = bias,
-                        .dy = i["g_y"],
-                        .dx = o["post_res.dx"],
-                        .dh_res = o["dh_res"],
-                        .dh_post = o["dh_post"],
-                        .df = o["df"],
-                        .dbias = o["dbias"]},
-                       stream);
 }
 
 // The case on the CPU: the reference results.
@@ -348,23 +113,6 @@ Tensors run_gpu(const plexus::MhcBackend& gpu, const Case& c, const Tensors& in,
   if (stream != nullptr) BOOST_TEST_REQUIRE(api->stream_synchronize(api->ctx, stream) == PLX_OK);
   plexus::device::synchronize(kGpu);
   return to_device(device_out, kCpu);
-}
-
-// max |ours - ref| / max(max |ref|, 1e-30); every element of ours must be finite.
-double scaled_error(const plexus::Tensor& ours, const plexus::Tensor& ref, const std::string& key) {
-  BOOST_TEST_REQUIRE(ours.numel() == ref.numel(), key);
-  double diff = 0, scale = 1e-30;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double a = ours.data<float>()[i], b = ref.data<float>()[i];
-    BOOST_TEST_REQUIRE(std::isfinite(a), key << "[" << i << "] is not finite on the GPU");
-    diff = std::max(diff, std::abs(a - b));
-    scale = std::max(scale, std::abs(b));
-  }
-  return diff / scale;
-}
-
-bool same_bits(const plexus::Tensor& a, const plexus::Tensor& b) {
-  return a.bytes() == b.bytes() && std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
 }
 
 }  // namespace
