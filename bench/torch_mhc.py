@@ -5,11 +5,11 @@ comparison with Plexus's backends at the same sizes.
 
   /usr/bin/python3 bench/torch_mhc.py [--tokens 4096] [--streams 4] [--hidden 512]
       [--iterations 20] [--threads 2] [--reps 21] [--device cpu|cuda] [--dtype f32|bf16]
-      [--compile] [--plexus-json FILE] [--plexus-fused-ms MS]
+      [--compile] [--plexus-json FILE]
 
 --plexus-json takes the JSON of `plexus bench --primitive all --json FILE` run at the same sizes,
 threads and device, and prints, per primitive, PyTorch's forward + backward next to each Plexus
-backend's and the ratio. --plexus-fused-ms is the older single-number form (an "all" total).
+backend's and the ratio.
 --compile times torch.compile of the same functions (PyTorch 2.0 or newer; Debian's 1.13 has
 none, and the script says so). On CUDA every timing ends with a device synchronization; bf16
 makes the activations bfloat16 and keeps the mappings float32, as the "mhc" family does.
@@ -66,7 +66,6 @@ def main():
     ap.add_argument("--eps", type=float, default=1e-6)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=21)
-    ap.add_argument("--plexus-fused-ms", type=float, help="bench_mhc's fused total, for the ratio")
     ap.add_argument("--plexus-json", help="`plexus bench --primitive all --json` output at the same sizes")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
@@ -133,8 +132,6 @@ def main():
             print(f"  {name:<10} {f_ms:9.3f} {fb_ms:9.3f}")
         print(f"  {'all':<10} {'':>9} {total:9.3f}")
         totals[mode] = total
-    if args.plexus_fused_ms:
-        print(f"PyTorch eager / Plexus mhc_fused: {totals['eager'] / args.plexus_fused_ms:.2f}x")
     if args.plexus_json:
         report, backends = plexus_rows(args.plexus_json)
         sizes = report["sizes"]
