@@ -1,25 +1,61 @@
 #!/usr/bin/env bash
-# One command for a machine with an NVIDIA GPU: build with CUDA, run the GPU tests, then a short
-# training run on the GPU, and print a summary. A GPU is supposed to be present, so a GPU test
-# that reports itself skipped counts as a failure, and so does a training run the build cannot do
-# yet: the exit status is 0 only if everything ran and passed.
+# One command for a machine with an NVIDIA GPU: build with CUDA, run the GPU tests, time the
+# fused mHC kernels at the GPU target size against torch.compile, train on the GPU and measure
+# what mHC costs end to end there, and print a summary. A GPU is supposed to be present, so a GPU
+# test that reports itself skipped counts as a failure: the exit status is 0 only if every stage
+# that ran passed.
+#
+#   scripts/gpu-check.sh [STAGE ...] [-- CMAKE-ARGS ...]
+#
+# Stages, in this order (default: all of them):
+#   build   configure (CUDA on, NCCL when found) and build
+#   test    ctest -L gpu: every GPU test must run and pass
+#   bench   plexus bench of mhc_fused on cuda:0: float32 checked against mhc_native; bfloat16 at
+#           the GPU target size (s=8192 b=4 -> T=32768, n=4, C=7168) next to bench/torch_mhc.py
+#           (PyTorch eager and torch.compile of the same math, same sizes)
+#   train   a short training run on the GPU, then the end-to-end cost of mHC (n=4, mhc_fused)
+#           over the plain residual on a GPU-sized model (scripts/mhc_compare.py)
+#   peer    bench/train_vs_torch.py --device cuda: tokens/s against PyTorch eager
+# Stages after build use the build directory an earlier build stage left.
 #
 # Environment (all optional):
 #   PLEXUS_GPU_BUILD_DIR      build directory (default: build-gpu)
+#   PLEXUS_GPU_RESULTS        where logs and JSON go (default: <build>/gpu-check)
 #   PLEXUS_JOBS               build parallelism (default: all cores)
 #   PLEXUS_CUDA_ARCHITECTURES CMAKE_CUDA_ARCHITECTURES (default: native, i.e. this machine's GPUs;
 #                             90 when no GPU is visible)
-#   PLEXUS_GPU_CONFIG         the training run's config (default: configs/default.json)
-#   PLEXUS_GPU_STEPS          training steps (default: 50)
-# Extra arguments go to the CMake configure step.
+#   PLEXUS_DEPS_DIR           a folder of .deb files from `scripts/offline-deps.sh download`, for a
+#                             machine without a package registry: unpacked into <build>/deps once
+#   PLEXUS_PYTHON             the python with a CUDA PyTorch (default: the first of python3 on PATH
+#                             and /usr/bin/python3 whose torch sees a GPU)
+#   PLEXUS_GPU_CONFIG         the short training run's config (default: configs/default.json)
+#   PLEXUS_GPU_STEPS          its steps (default: 50)
+#   PLEXUS_MHC_COST_STEPS     steps of each run of the end-to-end mHC comparison (default: 60)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${PLEXUS_GPU_BUILD_DIR:-$root/build-gpu}"
 jobs="${PLEXUS_JOBS:-$(nproc)}"
 config="${PLEXUS_GPU_CONFIG:-$root/configs/default.json}"
 steps="${PLEXUS_GPU_STEPS:-50}"
+cost_steps="${PLEXUS_MHC_COST_STEPS:-60}"
 bin="$build/bin"
-logs="$build/gpu-check"
+logs="${PLEXUS_GPU_RESULTS:-$build/gpu-check}"
+
+all_stages=(build test bench train peer)
+stages=()
+cmake_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --) shift; cmake_args=("$@"); break ;;
+    build | test | bench | train | peer) stages+=("$1") ;;
+    all) stages+=("${all_stages[@]}") ;;
+    -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-check: unknown stage '$1' (expected: ${all_stages[*]}, all, or -- CMAKE-ARGS)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ ${#stages[@]} -gt 0 ] || stages=("${all_stages[@]}")
+wants() { [[ " ${stages[*]} " == *" $1 "* ]]; }
 
 summary=()
 status=0
@@ -28,9 +64,10 @@ fail() {
   summary+=("FAIL  $1")
   status=1
 }
+note() { summary+=("NOTE  $1"); }
 section() { printf '\n== %s\n' "$1"; }
 finish() {
-  section "summary"
+  section "summary (stages: ${stages[*]})"
   printf '  %s\n' "${summary[@]}"
   if [ "$status" -eq 0 ]; then
     echo "gpu-check: all checks passed"
@@ -39,8 +76,9 @@ finish() {
   fi
   exit "$status"
 }
+mkdir -p "$build" "$logs"
 
-# ---- 1. the GPU ---------------------------------------------------------------------------------
+# ---- the GPU ------------------------------------------------------------------------------------
 section "GPU"
 have_gpu=0
 if ! command -v nvidia-smi >/dev/null 2>&1; then
@@ -54,141 +92,206 @@ else
   echo "$gpus" | sed 's/^/  /'
   pass "GPU: $(echo "$gpus" | head -n 1 | cut -d, -f2 | sed 's/^ *//')$([ "$(echo "$gpus" | wc -l)" -gt 1 ] && echo " (+$(($(echo "$gpus" | wc -l) - 1)) more)")"
 fi
-arch="${PLEXUS_CUDA_ARCHITECTURES:-}"
-if [ -z "$arch" ]; then
-  if [ "$have_gpu" -eq 1 ]; then arch=native; else arch=90; fi
+
+# ---- dependencies carried as .deb files (machines without a package registry) -------------------
+if [ -n "${PLEXUS_DEPS_DIR:-}" ]; then
+  deps="$build/deps"
+  if [ ! -f "$deps/.unpacked" ]; then
+    section "unpacking $PLEXUS_DEPS_DIR into $deps"
+    if ! "$root/scripts/offline-deps.sh" unpack "$PLEXUS_DEPS_DIR" "$deps" >"$logs/deps.env"; then
+      fail "dependencies: scripts/offline-deps.sh unpack $PLEXUS_DEPS_DIR failed"
+      finish
+    fi
+    touch "$deps/.unpacked"
+  fi
+  # shellcheck disable=SC1090
+  source <("$root/scripts/offline-deps.sh" env "$deps")
+  note "dependencies from $PLEXUS_DEPS_DIR (unpacked in $deps)"
 fi
 
-# ---- 2. configure and build ---------------------------------------------------------------------
-section "configure ($build, CUDA architectures: $arch)"
-mkdir -p "$build"
-mkdir -p "$logs"
-if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPLEXUS_WITH_CUDA=ON \
-  -DPLEXUS_WITH_NCCL=AUTO -DCMAKE_CUDA_ARCHITECTURES="$arch" "$@" 2>&1 | tee "$logs/configure.log"; then
-  fail "configure (PLEXUS_WITH_CUDA=ON): see $logs/configure.log"
+# ---- the python with a CUDA PyTorch -------------------------------------------------------------
+python="${PLEXUS_PYTHON:-}"
+if [ -z "$python" ]; then
+  for candidate in "$(command -v python3 || true)" /usr/bin/python3; do
+    [ -n "$candidate" ] || continue
+    if "$candidate" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+      python="$candidate"
+      break
+    fi
+  done
+fi
+have_torch_cuda=0
+if [ -n "$python" ] && "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+  have_torch_cuda=1
+  echo "python with CUDA PyTorch: $python ($("$python" -c 'import torch; print(torch.__version__)'))"
+fi
+
+# ---- build --------------------------------------------------------------------------------------
+if wants build; then
+  arch="${PLEXUS_CUDA_ARCHITECTURES:-}"
+  if [ -z "$arch" ]; then
+    if [ "$have_gpu" -eq 1 ]; then arch=native; else arch=90; fi
+  fi
+  # NCCL: the toolkit's, else the one a CUDA PyTorch ships (the nvidia-nccl wheel has the header
+  # and libnccl.so.2 but no unversioned library name for find_library).
+  nccl_args=()
+  if [ "$have_torch_cuda" -eq 1 ] && ! printf '%s\n' "${cmake_args[@]}" | grep -q NCCL_; then
+    wheel_nccl="$("$python" -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)"
+    if [ -n "$wheel_nccl" ] && [ -f "$wheel_nccl/include/nccl.h" ] && [ -f "$wheel_nccl/lib/libnccl.so.2" ]; then
+      if ! find /usr/include /usr/local/cuda/include -maxdepth 1 -name nccl.h 2>/dev/null | grep -q .; then
+        nccl_args=(-DNCCL_INCLUDE_DIR="$wheel_nccl/include" -DNCCL_LIBRARY="$wheel_nccl/lib/libnccl.so.2")
+        echo "NCCL from PyTorch's wheel: $wheel_nccl"
+      fi
+    fi
+  fi
+  section "configure ($build, CUDA architectures: $arch)"
+  if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPLEXUS_WITH_CUDA=ON \
+    -DPLEXUS_WITH_NCCL=AUTO -DCMAKE_CUDA_ARCHITECTURES="$arch" "${nccl_args[@]}" "${cmake_args[@]}" 2>&1 |
+    tee "$logs/configure.log"; then
+    fail "configure (PLEXUS_WITH_CUDA=ON): see $logs/configure.log"
+    finish
+  fi
+  pass "configure: $(grep -o 'CUDA=[A-Z]* NCCL=[A-Z]* MPI=[A-Z]*' "$logs/configure.log" | tail -n 1)"
+
+  section "build (-j $jobs)"
+  build_start=$SECONDS
+  if ! cmake --build "$build" -j "$jobs" 2>&1 | tee "$logs/build.log"; then
+    fail "build: see $logs/build.log"
+    finish
+  fi
+  pass "build ($((SECONDS - build_start)) s)"
+fi
+if [ ! -x "$bin/plexus" ] || [ ! -x "$bin/plexus-train" ]; then
+  fail "no build in $build (run the build stage first)"
   finish
 fi
-pass "configure: $(grep -o 'CUDA=[A-Z]* NCCL=[A-Z]* MPI=[A-Z]*' "$logs/configure.log" | tail -n 1)"
 
-section "build (-j $jobs)"
-if ! cmake --build "$build" -j "$jobs" 2>&1 | tee "$logs/build.log"; then
-  fail "build: see $logs/build.log"
-  finish
-fi
-pass "build"
-
-# ---- 3. the GPU tests: every one must run (none skipped) and pass -------------------------------
-section "ctest -L gpu"
-ctest_rc=0
-ctest --test-dir "$build" -L gpu --output-on-failure 2>&1 | tee "$logs/ctest-gpu.log" || ctest_rc=$?
-total="$(sed -n 's/.*tests passed, [0-9]* tests failed out of \([0-9]*\).*/\1/p' "$logs/ctest-gpu.log" | tail -n 1)"
-skipped="$(grep -c '(Skipped)' "$logs/ctest-gpu.log" || true)"
-if [ "$ctest_rc" -ne 0 ]; then
-  fail "GPU tests: ctest failed (exit $ctest_rc), see $logs/ctest-gpu.log"
-elif [ -z "$total" ] || [ "$total" -eq 0 ]; then
-  fail "GPU tests: ctest found no test labelled gpu"
-elif [ "$skipped" -gt 0 ]; then
-  fail "GPU tests: $skipped of $total skipped although a GPU should be present: $(grep '(Skipped)' "$logs/ctest-gpu.log" | sed 's/^[[:space:]]*[0-9]* - //; s/ (Skipped)//' | tr '\n' ' ' | sed 's/ $//')"
-else
-  pass "GPU tests: $total of $total passed"
+# ---- test: the GPU tests, every one must run (none skipped) and pass ----------------------------
+if wants test; then
+  section "ctest -L gpu"
+  ctest_rc=0
+  ctest --test-dir "$build" -L gpu --output-on-failure 2>&1 | tee "$logs/ctest-gpu.log" || ctest_rc=$?
+  total="$(sed -n 's/.*tests passed, [0-9]* tests failed out of \([0-9]*\).*/\1/p' "$logs/ctest-gpu.log" | tail -n 1)"
+  skipped="$(grep -c '(Skipped)' "$logs/ctest-gpu.log" || true)"
+  if [ "$ctest_rc" -ne 0 ]; then
+    fail "GPU tests: ctest failed (exit $ctest_rc), see $logs/ctest-gpu.log"
+  elif [ -z "$total" ] || [ "$total" -eq 0 ]; then
+    fail "GPU tests: ctest found no test labelled gpu"
+  elif [ "$skipped" -gt 0 ]; then
+    fail "GPU tests: $skipped of $total skipped although a GPU should be present: $(grep '(Skipped)' "$logs/ctest-gpu.log" | sed 's/^[[:space:]]*[0-9]* - //; s/ (Skipped)//' | tr '\n' ' ' | sed 's/ $//')"
+  else
+    pass "GPU tests: $total of $total passed"
+  fi
 fi
 
-# ---- 4. the fused mHC backend on the GPU: every primitive timed, checked against mhc_native -----
-# (gpu.test_mhc_fused_cuda above checks it against its CPU device on small sizes; this runs it at
-# a realistic size, float32 compared with mhc_native's CUDA device, bfloat16 timed only: mhc_native
-# has no bfloat16.)
-section "mhc_fused on the GPU (plexus bench)"
-bench_mhc=(--backend mhc_fused --device cuda:0 --primitive all --tokens 16384 --streams 4 --hidden 1024
-  --repeats 20)
-if [ ! -x "$bin/plexus" ] || ! "$bin/plexus" bench --help >/dev/null 2>&1; then
-  fail "mhc_fused bench: $bin/plexus was not built or has no bench command"
-else
-  if "$bin/plexus" bench "${bench_mhc[@]}" --check mhc_native --json "$logs/bench_mhc_fused_f32.json" 2>&1 |
+# ---- bench: the fused mHC kernels ---------------------------------------------------------------
+if wants bench; then
+  # float32 at a mid size, every output and gradient compared with mhc_native's CUDA device.
+  section "mhc_fused float32 on the GPU, checked against mhc_native"
+  if "$bin/plexus" bench --backend mhc_fused --device cuda:0 --primitive all --tokens 16384 --streams 4 \
+    --hidden 1024 --repeats 20 --check mhc_native --json "$logs/bench_mhc_fused_f32.json" 2>&1 |
     tee "$logs/bench_mhc_fused_f32.log"; then
-    pass "mhc_fused float32 on the GPU: matches mhc_native, timings in $logs/bench_mhc_fused_f32.log"
+    pass "mhc_fused float32: matches mhc_native (T=16384 n=4 C=1024)"
   else
-    fail "mhc_fused float32 on the GPU: plexus bench failed or differs from mhc_native, see $logs/bench_mhc_fused_f32.log"
+    fail "mhc_fused float32: plexus bench failed or differs from mhc_native, see $logs/bench_mhc_fused_f32.log"
   fi
-  if "$bin/plexus" bench "${bench_mhc[@]}" --dtype bf16 --check none --json "$logs/bench_mhc_fused_bf16.json" 2>&1 |
-    tee "$logs/bench_mhc_fused_bf16.log"; then
-    pass "mhc_fused bfloat16 on the GPU: timings in $logs/bench_mhc_fused_bf16.log"
+
+  # bfloat16 at the target size: s=8192 b=4 (T=32768), n=4, C=7168, K=20.
+  section "mhc_fused bfloat16 at the GPU target size (T=32768 n=4 C=7168)"
+  target=(--tokens 32768 --streams 4 --hidden 7168)
+  if "$bin/plexus" bench --backend mhc_fused --device cuda:0 --primitive all "${target[@]}" --dtype bf16 \
+    --repeats 20 --check none --json "$logs/bench_mhc_fused_bf16_target.json" 2>&1 |
+    tee "$logs/bench_mhc_fused_bf16_target.log"; then
+    pass "mhc_fused bfloat16 at the target size: timings in $logs/bench_mhc_fused_bf16_target.log"
   else
-    fail "mhc_fused bfloat16 on the GPU: plexus bench failed, see $logs/bench_mhc_fused_bf16.log"
+    fail "mhc_fused bfloat16 at the target size: plexus bench failed, see $logs/bench_mhc_fused_bf16_target.log"
+  fi
+  if [ "$have_torch_cuda" -eq 1 ]; then
+    section "the same math in PyTorch (eager and torch.compile), same sizes, bfloat16"
+    if "$python" "$root/bench/torch_mhc.py" --device cuda --dtype bf16 "${target[@]}" --compile --reps 20 \
+      --plexus-json "$logs/bench_mhc_fused_bf16_target.json" 2>&1 | tee "$logs/torch_mhc_target.log"; then
+      pass "PyTorch comparison at the target size: $logs/torch_mhc_target.log"
+    else
+      fail "bench/torch_mhc.py --device cuda failed, see $logs/torch_mhc_target.log"
+    fi
+  else
+    note "no CUDA PyTorch (PLEXUS_PYTHON selects one): torch.compile comparison not run"
   fi
 fi
 
-# ---- 5. a short training run on the GPU ---------------------------------------------------------
-section "GPU training run ($steps steps, $(basename "$config"))"
-train_args=(--config "$config" --set run.device=cuda --set "train.steps=$steps")
-if [ ! -x "$bin/plexus-train" ] || [ ! -x "$bin/plexus" ]; then
-  fail "GPU training: $bin/plexus-train or $bin/plexus was not built"
-  finish
-fi
-# Does this build know run.device? The config schema decides (a config check names unknown keys);
-# --help is shown for information.
-help_out="$("$bin/plexus-train" --help 2>&1 || true)"
-if grep -q -- 'device' <<<"$help_out"; then echo "plexus-train --help mentions a device option"; fi
-if ! check_out="$("$bin/plexus" config check "$config" --set run.device=cuda 2>&1)"; then
-  echo "$check_out" | sed 's/^/  /'
-  if grep -q 'device' <<<"$check_out"; then
-    echo "gpu-check: the GPU training run is NOT AVAILABLE YET: this build's config schema does not"
-    echo "           accept run.device=cuda."
-    fail "GPU training: not available yet (run.device=cuda is refused by the config schema)"
-  else
-    fail "GPU training: plexus config check failed on $config"
-  fi
-  finish
-fi
-# The corpus: the config's own data.path when it exists, else Debian's fortunes prepared into the
-# build directory (as scripts/quickstart.sh does).
-data_path="$(sed -n 's/^[[:space:]]*"path":[[:space:]]*"\([^"]*\)".*/\1/p' "$config" | head -n 1)"
-case "$data_path" in /*) ;; ?*) data_path="$root/$data_path" ;; esac
-if [ -z "$data_path" ] || [ ! -f "$data_path.idx" ]; then
-  data_path="$build/data/fortunes"
-  if [ ! -f "$data_path.idx" ]; then
-    mapfile -t inputs < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' 2>/dev/null | sort)
+# ---- train: a short run, then what mHC costs end to end -----------------------------------------
+corpus_dir="${PLEXUS_FORTUNES_DIR:-/usr/share/games/fortunes}"
+prepare_corpus() {
+  local prefix="$build/data/fortunes"
+  if [ ! -f "$prefix.idx" ]; then
+    local inputs
+    mapfile -t inputs < <(find "$corpus_dir" -maxdepth 1 -type f ! -name '*.*' 2>/dev/null | sort)
     if [ "${#inputs[@]}" -eq 0 ]; then
-      fail "GPU training: no corpus (the config's data.path is missing and /usr/share/games/fortunes is empty)"
-      finish
+      echo "no fortune files in $corpus_dir (Debian: fortunes; or PLEXUS_DEPS_DIR)" >&2
+      return 1
     fi
-    echo "preparing $data_path from ${#inputs[@]} fortune files"
-    if ! "$bin/plexus" data prepare --input "${inputs[@]}" --output-prefix "$data_path" >"$logs/data.log" 2>&1; then
-      fail "GPU training: data prepare failed, see $logs/data.log"
-      finish
-    fi
+    "$bin/plexus" data prepare --input "${inputs[@]}" --output-prefix "$prefix" >"$logs/data.log" 2>&1 || return 1
   fi
-fi
-run_dir="$build/runs/gpu-check-$(date +%Y%m%d-%H%M%S)"
-train_args+=(--set "data.path=$data_path" --set "run.output_dir=$run_dir")
-echo "$bin/plexus-train ${train_args[*]}"
-train_rc=0
-(cd "$root" && "$bin/plexus-train" "${train_args[@]}") 2>&1 | tee "$logs/train.log" || train_rc=$?
-metrics="$run_dir/metrics.jsonl"
-if [ "$train_rc" -ne 0 ]; then
-  fail "GPU training: plexus-train failed (exit $train_rc), see $logs/train.log"
-elif [ ! -s "$metrics" ]; then
-  fail "GPU training: no metrics written ($metrics)"
-elif grep -qiE '"loss"[[:space:]]*:[[:space:]]*"?(nan|inf|-inf)' "$metrics"; then
-  fail "GPU training: a non-finite loss in $metrics"
-else
-  echo "first and last metrics:"
-  head -n 1 "$metrics" | sed 's/^/  /'
-  tail -n 1 "$metrics" | sed 's/^/  /'
-  pass "GPU training: $steps steps, metrics in $metrics"
+  echo "$prefix"
+}
+if wants train || wants peer; then
+  if ! data_path="$(prepare_corpus)"; then
+    fail "training: no corpus (see $logs/data.log)"
+    finish
+  fi
 fi
 
-# ---- 6. throughput against PyTorch on the GPU (information, when a CUDA PyTorch is at hand) -----
-section "GPU throughput against PyTorch eager"
-python="${PLEXUS_PYTHON:-/usr/bin/python3}"
-if "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
-  if "$python" "$root/bench/train_vs_torch.py" --build "$build" --device cuda --repeats 3 \
-      --json "$logs/train_vs_torch_cuda.json" 2>&1 | tee "$logs/bench.log"; then
-    pass "GPU benchmark: $(grep '^ratio' "$logs/bench.log" | sed 's/^ratio //')"
+if wants train; then
+  section "GPU training run ($steps steps, $(basename "$config"))"
+  run_dir="$build/runs/gpu-check-$(date +%Y%m%d-%H%M%S)"
+  train_args=(--config "$config" --set run.device=cuda --set "train.steps=$steps" --set "data.path=$data_path"
+    --set "run.output_dir=$run_dir")
+  echo "$bin/plexus-train ${train_args[*]}"
+  train_rc=0
+  (cd "$root" && "$bin/plexus-train" "${train_args[@]}") 2>&1 | tee "$logs/train.log" || train_rc=$?
+  metrics="$run_dir/metrics.jsonl"
+  if [ "$train_rc" -ne 0 ]; then
+    fail "GPU training: plexus-train failed (exit $train_rc), see $logs/train.log"
+  elif [ ! -s "$metrics" ]; then
+    fail "GPU training: no metrics written ($metrics)"
+  elif grep -qiE '"loss"[[:space:]]*:[[:space:]]*"?(nan|inf|-inf)' "$metrics"; then
+    fail "GPU training: a non-finite loss in $metrics"
   else
-    fail "GPU benchmark: bench/train_vs_torch.py --device cuda failed, see $logs/bench.log"
+    cp "$metrics" "$logs/train_metrics.jsonl"
+    echo "first and last metrics:"
+    head -n 1 "$metrics" | sed 's/^/  /'
+    tail -n 1 "$metrics" | sed 's/^/  /'
+    pass "GPU training: $steps steps, metrics in $logs/train_metrics.jsonl"
   fi
-else
-  echo "no PyTorch with CUDA for $python (PLEXUS_PYTHON selects another): benchmark not run"
+
+  # The end-to-end cost of mHC on a model sized for a GPU (C=1024, 8 layers, 1024-token windows,
+  # 8 sequences per step): the same runs with and without mHC, median step times.
+  section "end-to-end mHC cost on the GPU (mhc_fused, n=4)"
+  if [ -z "$python" ]; then python_any=/usr/bin/python3; else python_any="$python"; fi
+  gpu_model=(--set run.device=cuda --set model.hidden_size=1024 --set model.num_layers=8
+    --set model.num_attention_heads=8 --set model.seq_length=1024 --set train.micro_batch_size=8)
+  if "$python_any" "$root/scripts/mhc_compare.py" --data "$data_path" --config "$root/configs/gpt_mhc.json" \
+    --build "$build" --steps "$cost_steps" --eval-interval "$cost_steps" "${gpu_model[@]}" \
+    --out "$logs/mhc_cost_gpu" 2>&1 | tee "$logs/mhc_cost_gpu.log"; then
+    pass "end-to-end mHC cost: $(grep -o 'mHC costs [^ ]*' "$logs/mhc_cost_gpu.log" | tail -n 1) time per step (target < 5%)"
+  else
+    fail "end-to-end mHC cost: scripts/mhc_compare.py failed, see $logs/mhc_cost_gpu.log"
+  fi
+fi
+
+# ---- peer: throughput against PyTorch on the GPU ------------------------------------------------
+if wants peer; then
+  section "GPU throughput against PyTorch eager"
+  if [ "$have_torch_cuda" -eq 1 ]; then
+    if "$python" "$root/bench/train_vs_torch.py" --build "$build" --device cuda --repeats 3 \
+      --set "data.path=$data_path" --json "$logs/train_vs_torch_cuda.json" 2>&1 | tee "$logs/bench.log"; then
+      pass "GPU training throughput: $(grep '^ratio' "$logs/bench.log" | sed 's/^ratio //')"
+    else
+      fail "GPU training throughput: bench/train_vs_torch.py --device cuda failed, see $logs/bench.log"
+    fi
+  else
+    note "no CUDA PyTorch (PLEXUS_PYTHON selects one): training throughput comparison not run"
+  fi
 fi
 
 finish
