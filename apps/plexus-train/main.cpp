@@ -15,6 +15,7 @@
 
 #include "plexus/cli.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
+#include "plexus/core/device.hpp"
 #include "plexus/core/distributed/runtime.hpp"
 #include "plexus/core/engine/trainer.hpp"
 #include "plexus/core/logging.hpp"
@@ -39,6 +40,7 @@ boost::json::value agreement(const boost::json::value& run_config, const plexus:
 
 int main(int argc, char** argv) {
   namespace po = plexus::cli::po;
+  plexus::device::retain_freed_host_memory();  // steps reuse one heap instead of faulting pages in
   // Declared outside the guarded body, in this order, so a failure can still abort the job
   // through the runtime before anything it uses is destroyed.
   plexus::PluginHost host;

@@ -3,9 +3,11 @@
 #define BOOST_TEST_MODULE device
 #include <boost/test/unit_test.hpp>
 
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "plexus/core/device.hpp"
 #include "plexus/core/engine/tensor.hpp"
@@ -67,4 +69,35 @@ BOOST_AUTO_TEST_CASE(tensors_copy_and_refuse_mismatches) {
   BOOST_CHECK_THROW(wrong.copy_from(a), std::invalid_argument);
   if (device::cuda_device_count() == 0)
     BOOST_CHECK_THROW(plexus::Tensor({4}, plx_dtype_f32(), DLDevice{kDLCUDA, 0}), std::runtime_error);
+}
+
+BOOST_AUTO_TEST_CASE(tensors_are_zeroed_unless_asked_not_to_be) {
+  // The heap hands a freed block straight back for the same size (8 KiB: heap, not mmap, memory):
+  // fill one, free it, and the zero-filling constructor must still give zeros in what it gets.
+  const std::vector<int64_t> shape{32, 64};
+  {
+    plexus::Tensor dirty = plexus::Tensor::uninitialized(shape, plx_dtype_f32());
+    BOOST_TEST(dirty.numel() == 32 * 64);
+    BOOST_TEST(dirty.bytes() == 32u * 64u * 4u);
+    std::memset(dirty.raw(), 0xff, dirty.bytes());
+  }
+  const plexus::Tensor clean(shape, plx_dtype_f32());
+  bool all_zero = true;
+  for (int64_t i = 0; i < clean.numel(); ++i) all_zero = all_zero && clean.data<float>()[i] == 0.0f;
+  BOOST_TEST(all_zero);
+  BOOST_CHECK_THROW(plexus::Tensor::uninitialized({2, -1}, plx_dtype_f32()), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(the_heap_policy_defers_to_the_users_glibc_tunables) {
+#if defined(__GLIBC__)
+  const char* before = std::getenv("GLIBC_TUNABLES");
+  const std::string saved = before != nullptr ? before : "";
+  ::setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=1000000", 1);
+  BOOST_TEST(!device::retain_freed_host_memory());
+  ::unsetenv("GLIBC_TUNABLES");
+  BOOST_TEST(device::retain_freed_host_memory());
+  if (before != nullptr) ::setenv("GLIBC_TUNABLES", saved.c_str(), 1);
+#else
+  BOOST_TEST(!device::retain_freed_host_memory());
+#endif
 }

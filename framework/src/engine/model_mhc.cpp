@@ -58,6 +58,10 @@ plx_mhc_problem problem_of(const Model& m, const Sizes& z) {
 Tensor f32(const Model& m, std::vector<int64_t> shape) {
   return Tensor(std::move(shape), plx_dtype_f32(), m.device());
 }
+// For what a primitive WRITES in full (mhc.h: every output but dx and the parameter gradients).
+Tensor written_f32(const Model& m, std::vector<int64_t> shape) {
+  return Tensor::uninitialized(std::move(shape), plx_dtype_f32(), m.device());
+}
 
 }  // namespace
 
@@ -75,12 +79,12 @@ const Tensor& MhcStep::before_forward(Model& m, Model::Run& run, uint32_t u) {
   device_ops::copy_element(c.alpha, 2, params[c.alpha_res].value, 0);
 
   s.x = std::move(run.stream);
-  s.p = f32(m, {z.tokens, width});
-  s.r = f32(m, {z.tokens});
-  s.h_pre = f32(m, {z.tokens, n});
-  s.h_post = f32(m, {z.tokens, n});
-  s.h_res = f32(m, {z.tokens, n, n});
-  s.u = f32(m, {z.batch, z.seq, z.hidden});
+  s.p = written_f32(m, {z.tokens, width});
+  s.r = written_f32(m, {z.tokens});
+  s.h_pre = written_f32(m, {z.tokens, n});
+  s.h_post = written_f32(m, {z.tokens, n});
+  s.h_res = written_f32(m, {z.tokens, n, n});
+  s.u = written_f32(m, {z.batch, z.seq, z.hidden});
   DLTensor x = s.x.view(), phi = params[c.phi].value.view(), p = s.p.view(), r = s.r.view();
   DLTensor alpha_view = c.alpha.view(), b = params[c.bias].value.view();
   DLTensor h_pre = s.h_pre.view(), h_post = s.h_post.view(), h_res = s.h_res.view();
@@ -116,7 +120,7 @@ void MhcStep::after_forward(Model& m, Model::Run& run, uint32_t u, Tensor f) {
   const Sizes z = sizes_of(m, run);
   const plx_mhc_problem problem = problem_of(m, z);
   s.f = std::move(f);
-  Tensor y = f32(m, {z.tokens, z.streams, z.hidden});
+  Tensor y = written_f32(m, {z.tokens, z.streams, z.hidden});
   DLTensor x = s.x.view(), h_res = s.h_res.view(), h_post = s.h_post.view(), y_view = y.view();
   Reshaped f_view(s.f, {z.tokens, z.hidden});
   const plx_mhc_post_res_forward_args post{.struct_size = sizeof(plx_mhc_post_res_forward_args),
@@ -142,9 +146,9 @@ const Tensor& MhcStep::before_backward(Model& m, Model::Run& run, uint32_t u) {
   const plx_mhc_problem problem = problem_of(m, z);
   const int64_t n = z.streams;
   s.dx = f32(m, {z.tokens, n, z.hidden});  // zeros: three primitives accumulate into it
-  s.df = f32(m, {z.batch, z.seq, z.hidden});
-  s.dh_res = f32(m, {z.tokens, n, n});
-  s.dh_post = f32(m, {z.tokens, n});
+  s.df = written_f32(m, {z.batch, z.seq, z.hidden});
+  s.dh_res = written_f32(m, {z.tokens, n, n});
+  s.dh_post = written_f32(m, {z.tokens, n});
   DLTensor x = s.x.view(), h_res = s.h_res.view(), h_post = s.h_post.view(), dy = run.grad.view();
   DLTensor dx = s.dx.view(), dh_res = s.dh_res.view(), dh_post = s.dh_post.view();
   Reshaped f_view(s.f, {z.tokens, z.hidden});
@@ -174,8 +178,9 @@ void MhcStep::after_backward(Model& m, Model::Run& run, uint32_t u, Tensor du) {
   const plx_mhc_problem problem = problem_of(m, z);
   const int64_t n = z.streams, width = n * n + 2 * n;
   ParameterStore& params = m.params_;
-  s.dh_pre = f32(m, {z.tokens, n});
-  Tensor dp = f32(m, {z.tokens, width}), dr = f32(m, {z.tokens}), dalpha = f32(m, {3});
+  s.dh_pre = written_f32(m, {z.tokens, n});
+  Tensor dp = written_f32(m, {z.tokens, width}), dr = written_f32(m, {z.tokens});
+  Tensor dalpha = f32(m, {3});  // accumulated
   DLTensor x = s.x.view(), h_pre = s.h_pre.view(), dx = s.dx.view(), dh_pre = s.dh_pre.view();
   Reshaped du_view(du, {z.tokens, z.hidden});
   const plx_mhc_aggregate_backward_args agg{.struct_size = sizeof(plx_mhc_aggregate_backward_args),

@@ -30,7 +30,7 @@ void Tensor::Free::operator()(void* p) const noexcept {
   device::free(device, p);
 }
 
-Tensor::Tensor(std::vector<int64_t> shape, DLDataType dtype, DLDevice device)
+Tensor::Tensor(std::vector<int64_t> shape, DLDataType dtype, DLDevice device, Uninitialized)
     : shape_(std::move(shape)), dtype_(dtype), device_(device), numel_(1), storage_(nullptr, Free{device}) {
   device::require(device);
   for (int64_t d : shape_) {
@@ -38,7 +38,15 @@ Tensor::Tensor(std::vector<int64_t> shape, DLDataType dtype, DLDevice device)
     numel_ *= d;
   }
   storage_.reset(device::allocate(device, bytes()));
+}
+
+Tensor::Tensor(std::vector<int64_t> shape, DLDataType dtype, DLDevice device)
+    : Tensor(std::move(shape), dtype, device, Uninitialized{}) {
   device::zero(device, storage_.get(), bytes());
+}
+
+Tensor Tensor::uninitialized(std::vector<int64_t> shape, DLDataType dtype, DLDevice device) {
+  return Tensor(std::move(shape), dtype, device, Uninitialized{});
 }
 
 DLTensor Tensor::view() const {

@@ -25,6 +25,12 @@ int cuda_device_count();
 // GPU, device id out of range), or returns.
 void require(DLDevice device);
 
+// Makes the C heap keep memory freed by one training step for the next instead of returning it
+// to the kernel (glibc only; a no-op elsewhere, or when GLIBC_TUNABLES already sets malloc
+// options). Process-wide, so applications call it at start-up, not the library. Returns whether
+// the policy was applied.
+bool retain_freed_host_memory();
+
 // Memory on the device: CPU memory is 64-byte aligned heap memory; CUDA memory comes from the
 // device's caching allocator, tied to `stream` (a cudaStream_t, nullptr for the default stream).
 void* allocate(DLDevice device, std::size_t bytes, const void* stream = nullptr);

@@ -19,7 +19,12 @@ std::string shape_string(const std::vector<int64_t>& shape);
 class Tensor {
  public:
   Tensor() = default;
+  // Zero-filled.
   Tensor(std::vector<int64_t> shape, DLDataType dtype, DLDevice device = DLDevice{kDLCPU, 0});
+  // Contents unspecified: for outputs that a call is contracted to write in full (the zero fill
+  // would be one more pass over memory that is overwritten anyway).
+  static Tensor uninitialized(std::vector<int64_t> shape, DLDataType dtype,
+                              DLDevice device = DLDevice{kDLCPU, 0});
 
   const std::vector<int64_t>& shape() const noexcept { return shape_; }
   DLDataType dtype() const noexcept { return dtype_; }
@@ -42,6 +47,9 @@ class Tensor {
   void copy_from(const Tensor& other);
 
  private:
+  struct Uninitialized {};
+  Tensor(std::vector<int64_t> shape, DLDataType dtype, DLDevice device, Uninitialized);
+
   struct Free {
     DLDevice device;  // no initializer: it would make Tensor() ill-formed while Free is nested
     void operator()(void* p) const noexcept;
