@@ -244,8 +244,9 @@ fi
 if wants train; then
   section "GPU training run ($steps steps, $(basename "$config"))"
   run_dir="$build/runs/gpu-check-$(date +%Y%m%d-%H%M%S)"
+  # Profiled: the end of the log is a table of every unit's GPU time (docs/config.md).
   train_args=(--config "$config" --set run.device=cuda --set "train.steps=$steps" --set "data.path=$data_path"
-    --set "run.output_dir=$run_dir")
+    --set "run.output_dir=$run_dir" --set train.profile=true)
   echo "$bin/plexus-train ${train_args[*]}"
   train_rc=0
   (cd "$root" && "$bin/plexus-train" "${train_args[@]}") 2>&1 | tee "$logs/train.log" || train_rc=$?

@@ -76,6 +76,8 @@ int main(int argc, char** argv) {
       std::optional<std::filesystem::path> file;
       if (!config_file.empty()) file = config_file;
       boost::json::value run_config = plexus::load_run_config(file, overrides);
+      // Before any plugin is loaded: the threads of BLAS and OpenMP inherit the mode.
+      if (run_config.at("run").at("flush_denormals").as_bool()) plexus::device::flush_denormals();
       const plexus::PluginLoadOptions load_options{plugin_options.dirs(),
                                                    plugin_options.allow_world_writable};
       plexus::load_configured_plugins(host, run_config, load_options);

@@ -7,11 +7,16 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "plexus/core/device.hpp"
 #include "plexus/core/engine/tensor.hpp"
 #include "plexus/tensor.h"
+
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 namespace device = plexus::device;
 
@@ -99,5 +104,27 @@ BOOST_AUTO_TEST_CASE(the_heap_policy_defers_to_the_users_glibc_tunables) {
   if (before != nullptr) ::setenv("GLIBC_TUNABLES", saved.c_str(), 1);
 #else
   BOOST_TEST(!device::retain_freed_host_memory());
+#endif
+}
+
+BOOST_AUTO_TEST_CASE(flushing_denormals_makes_subnormal_arithmetic_zero_in_new_threads_too) {
+#if defined(__x86_64__)
+  const unsigned int saved = _mm_getcsr();  // the mode is per thread: restored for later cases
+  // volatile: the compiler must not fold the products at compile time, in IEEE arithmetic.
+  volatile float tiny = 1e-39f;  // subnormal (FLT_MIN is 1.18e-38)
+  volatile float one = 1.0f;
+  BOOST_TEST_REQUIRE(tiny * one != 0.0f);  // gradual underflow before
+  BOOST_TEST(device::flush_denormals());
+  BOOST_TEST(tiny * one == 0.0f);  // a subnormal input is read as zero (DAZ)
+  volatile float small = 1e-20f;
+  BOOST_TEST(small * small == 0.0f);  // and a subnormal result is written as zero (FTZ)
+  float in_thread = -1.0f;
+  std::thread([&] { in_thread = tiny * one; }).join();
+  BOOST_TEST(in_thread == 0.0f);  // a thread created afterwards inherits the mode
+  _mm_setcsr(saved);
+  BOOST_TEST(tiny * one != 0.0f);
+#else
+  BOOST_TEST_MESSAGE("the check reads x86's MXCSR; not run on this architecture");
+  BOOST_TEST(true);
 #endif
 }

@@ -113,7 +113,7 @@ void Model::declare_mhc_parameters(Unit& unit, const std::string& prefix) {
     std::copy(dims.begin(), dims.end(), spec.desc.dims);
     spec.init = init;
     spec.init_a = a;
-    const std::size_t i = params_.declare(spec, prefix, unit.label + " mHC");
+    const std::size_t i = params_.declare(spec, prefix, unit.label + " mHC");  // = Unit::Mhc::label
     return i;
   };
   auto mhc = std::make_unique<Unit::Mhc>();
@@ -126,6 +126,7 @@ void Model::declare_mhc_parameters(Unit& unit, const std::string& prefix) {
       declare("alpha_res", {1}, PLX_INIT_CONSTANT, settings_.mhc.init_gating, PLX_PARAM_NO_WEIGHT_DECAY);
   mhc->bias = declare("bias", {width}, PLX_INIT_ZEROS, 0.0, PLX_PARAM_NO_WEIGHT_DECAY);
   mhc->alpha = Tensor({3}, plx_dtype_f32(), device_);
+  mhc->label = unit.label + " mHC";
   unit.mhc = std::move(mhc);
 }
 

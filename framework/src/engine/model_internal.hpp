@@ -28,6 +28,7 @@ struct Model::Unit {
   struct Mhc {
     std::size_t phi = 0, alpha_pre = 0, alpha_post = 0, alpha_res = 0, bias = 0;
     Tensor alpha;
+    std::string label;  // "<unit label> mHC": its parameters' owner, its part in a step profile
   };
   std::unique_ptr<Mhc> mhc;
 };

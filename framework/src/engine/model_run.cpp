@@ -11,6 +11,7 @@
 #include "engine/device_ops.hpp"
 #include "engine/model_internal.hpp"
 #include "plexus/core/device.hpp"
+#include "plexus/core/engine/step_profile.hpp"
 
 namespace plexus {
 namespace {
@@ -30,6 +31,13 @@ plx_tensor_desc desc_of(const Tensor& t) {
 // The first non-finite value's index, or -1.
 int64_t first_non_finite(const Tensor& t) {
   return device_ops::first_non_finite(t);
+}
+
+// The step-profile part of the mHC streams' own work: the copies after the embedding, the mean
+// before the final norm, and their adjoints.
+const std::string& mhc_streams_part() {
+  static const std::string name = "mHC streams (expand, mean, adjoints)";
+  return name;
 }
 
 DLTensor absent(const Tensor& like) {
@@ -79,22 +87,29 @@ void Model::forward_stage(Run& run, uint32_t u, uint32_t stage) {
                              ", unit " + std::to_string(u) + " stage " + std::to_string(stage) +
                              " ran before forward unit " + std::to_string(run.forward_unit) + " stage " +
                              std::to_string(run.forward_stage));
+  using Phase = StepProfile::Phase;
+  StepProfile* const profile = run.training ? profile_ : nullptr;
+  const StepProfile::Scope timed(profile, unit.label, Phase::forward);
   std::vector<DLTensor> inputs;
   switch (unit.role) {
     case UnitRole::embedding:
       inputs = {run.tokens.view()};
       break;
     case UnitRole::decoder:
-      if (unit.mhc)
-        inputs = {(stage == 0 ? MhcStep::before_forward(*this, run, u) : run.mhc[u].u).view()};
-      else
-        inputs = {run.stream.view()};
+      if (unit.mhc && stage == 0) {
+        const StepProfile::Scope connection(profile, unit.mhc->label, Phase::forward);
+        inputs = {MhcStep::before_forward(*this, run, u).view()};
+      } else {
+        inputs = {(unit.mhc ? run.mhc[u].u : run.stream).view()};
+      }
       break;
     case UnitRole::final_norm:
-      if (mhc_backend_)
-        inputs = {(stage == 0 ? MhcStep::contract(*this, run) : run.contracted).view()};
-      else
-        inputs = {run.stream.view()};
+      if (mhc_backend_ && stage == 0) {
+        const StepProfile::Scope streams(profile, mhc_streams_part(), Phase::forward);
+        inputs = {MhcStep::contract(*this, run).view()};
+      } else {
+        inputs = {(mhc_backend_ ? run.contracted : run.stream).view()};
+      }
       break;
     case UnitRole::head:
       inputs = {run.outputs[u - 1][0].view(), run.targets.view()};
@@ -141,6 +156,7 @@ void Model::forward_stage(Run& run, uint32_t u, uint32_t stage) {
   switch (unit.role) {
     case UnitRole::embedding:
       if (mhc_backend_) {
+        const StepProfile::Scope streams(profile, mhc_streams_part(), Phase::forward);
         MhcStep::expand(*this, run, outputs[0]);
         outputs.clear();
       } else {
@@ -149,6 +165,7 @@ void Model::forward_stage(Run& run, uint32_t u, uint32_t stage) {
       break;
     case UnitRole::decoder:
       if (unit.mhc) {
+        const StepProfile::Scope connection(profile, unit.mhc->label, Phase::forward);
         MhcStep::after_forward(*this, run, u, std::move(outputs[0]));
         run.mhc[u].u = Tensor();  // F has what it needs for its backward
       } else {
@@ -175,6 +192,8 @@ void Model::backward_stage(Run& run, uint32_t u, uint32_t stage) {
                              " stage " + std::to_string(run.backward_stage) +
                              (run.finished_forward ? ")" : ", after its forward completes)"));
   Unit& unit = *units_[u];
+  using Phase = StepProfile::Phase;
+  const StepProfile::Scope timed(profile_, unit.label, Phase::backward);
   std::vector<DLTensor> grad_outputs;
   std::vector<DLTensor> grad_inputs;
   Tensor& written = run.grad_inputs[u];
@@ -196,8 +215,11 @@ void Model::backward_stage(Run& run, uint32_t u, uint32_t stage) {
     }
     case UnitRole::decoder:
       if (unit.mhc) {
-        const bool first = stage + 1 == unit.stages.size();
-        const Tensor& df = first ? MhcStep::before_backward(*this, run, u) : run.mhc[u].df;
+        if (stage + 1 == unit.stages.size()) {  // the unit's first backward stage
+          const StepProfile::Scope connection(profile_, unit.mhc->label, Phase::backward);
+          MhcStep::before_backward(*this, run, u);  // post_res backward: fills run.mhc[u].df
+        }
+        const Tensor& df = run.mhc[u].df;
         if (written.empty()) written = Tensor(df.shape(), df.dtype(), device_);
         grad_outputs = {df.view()};
       } else {
@@ -207,8 +229,10 @@ void Model::backward_stage(Run& run, uint32_t u, uint32_t stage) {
       grad_inputs = {written.view()};
       break;
     case UnitRole::embedding:
-      if (mhc_backend_ && stage + 1 == unit.stages.size())
+      if (mhc_backend_ && stage + 1 == unit.stages.size()) {
+        const StepProfile::Scope streams(profile_, mhc_streams_part(), Phase::backward);
         run.summed_grad = MhcStep::embedding_grad(*this, run);
+      }
       grad_outputs = {(mhc_backend_ ? run.summed_grad : run.grad).view()};
       grad_inputs = {absent(run.tokens)};
       break;
@@ -235,16 +259,18 @@ void Model::backward_stage(Run& run, uint32_t u, uint32_t stage) {
       run.outputs[u].clear();
       break;
     case UnitRole::final_norm:
-      if (mhc_backend_)
+      if (mhc_backend_) {
+        const StepProfile::Scope streams(profile_, mhc_streams_part(), Phase::backward);
         MhcStep::spread(*this, run, written);
-      else
+      } else
         run.grad = std::move(written);
       run.outputs[u].clear();
       break;
     case UnitRole::decoder:
-      if (unit.mhc)
+      if (unit.mhc) {
+        const StepProfile::Scope connection(profile_, unit.mhc->label, Phase::backward);
         MhcStep::after_backward(*this, run, u, std::move(written));
-      else
+      } else
         add_into(run.grad, written);
       break;
     case UnitRole::embedding:

@@ -81,6 +81,10 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
           [reducer = t.reducer.get()](std::size_t p) { reducer->parameter_ready(p); });
     }
   }
+  if (rc.at("train").at("profile").as_bool()) {
+    t.profile = std::make_unique<StepProfile>(t.model->device());
+    t.model->set_profile(t.profile.get());
+  }
   for (int64_t i = 0; i < t.microbatches; ++i)
     t.batches.push_back(Batch{Tensor({t.micro_batch_size, t.seq_length}, plx_dtype_i32()),
                               Tensor({t.micro_batch_size, t.seq_length}, plx_dtype_i32())});
@@ -216,14 +220,23 @@ TrainResult Trainer::run(const TrainerEvents& events) {
       t.data->train_batch(static_cast<uint64_t>(global_microbatch * t.micro_batch_size),
                           t.batches[static_cast<std::size_t>(i)]);
     }
+    using Phase = StepProfile::Phase;
     if (t.reducer) t.reducer->begin_step();
     double loss = t.model->forward_backward(*t.scheduler, t.batches);
     if (t.reducer) {
+      const StepProfile::Scope timed(t.profile.get(), "gradient averaging (wait)", Phase::update);
       t.reducer->finish();
       loss = t.over_ranks(loss, distributed::ReduceOp::avg);
     }
-    t.model->check_gradients_finite();
-    const double grad_norm = t.optimizer->step(step);
+    {
+      const StepProfile::Scope timed(t.profile.get(), "gradient finiteness check", Phase::update);
+      t.model->check_gradients_finite();
+    }
+    double grad_norm = 0;
+    {
+      const StepProfile::Scope timed(t.profile.get(), "optimizer (clip, AdamW)", Phase::update);
+      grad_norm = t.optimizer->step(step);
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     const double tokens_per_s = tokens_per_step / seconds;
     const double gflops = flops_per_token ? *flops_per_token * tokens_per_s / 1e9 : -1.0;
@@ -237,12 +250,23 @@ TrainResult Trainer::run(const TrainerEvents& events) {
     t.write_metrics(record, events);
     if (t.writer) progress.step(step, loss, t.optimizer->last_lr(), tokens_per_s, gflops);
     const int64_t done = step + 1;
+    if (t.profile) {
+      t.profile->end_step(seconds);
+      if (done % t.log_interval == 0 || done == t.steps) {
+        boost::json::object profile{{"event", "profile"}, {"step", done}};
+        for (auto& field : t.profile->take_window()) profile.emplace(field.key(), std::move(field.value()));
+        t.write_metrics(profile, events);
+      }
+    }
     result.steps_done = done;
     if (t.eval_interval > 0 && done % t.eval_interval == 0 && done != t.steps) report_eval(done);
     if (t.checkpoint_interval > 0 && done % t.checkpoint_interval == 0 && done != t.steps)
       result.last_checkpoint = t.save_checkpoint(done);
   }
   if (t.writer) progress.finish();
+  if (t.writer && t.profile && t.start_step < t.steps)
+    progress.line("step profile (per step; on a GPU every part is synchronized, so steps are slower):\n" +
+                  t.profile->table());
   if (t.start_step < t.steps) {
     report_eval(t.steps);
     result.last_checkpoint = t.save_checkpoint(t.steps);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/gradient_reducer.hpp"
+#include "plexus/core/engine/step_profile.hpp"
 #include "plexus/core/engine/trainer.hpp"
 #include "plexus/core/host_services.hpp"
 
@@ -37,6 +38,7 @@ struct Trainer::Impl {
   int64_t dp_rank = 0, dp_size = 1;
   bool writer = true;  // world rank 0: metrics, progress, samples, checkpoints
   std::unique_ptr<GradientReducer> reducer;
+  std::unique_ptr<StepProfile> profile;  // train.profile; nullptr when off
   double over_ranks(double value, distributed::ReduceOp op) const;  // dp group; itself on one rank
   void barrier() const;
 

@@ -31,6 +31,15 @@ void require(DLDevice device);
 // the policy was applied.
 bool retain_freed_host_memory();
 
+// Makes the calling thread treat subnormal floats as zero, as inputs and as results (x86: the
+// MXCSR's FTZ and DAZ bits; AArch64: FPCR.FZ). Arithmetic on a subnormal costs some hundred
+// cycles instead of a few, and training produces them where values decay: Sinkhorn's products of
+// small probabilities, Adam's squared gradients. Values below 1.2e-38 carry nothing a float32
+// step can use; PyTorch offers the same switch (torch.set_flush_denormal). The mode is per
+// thread and threads inherit it from the thread that creates them, so call it before OpenMP's
+// and BLAS's threads exist. Returns false where the CPU has no such mode here.
+bool flush_denormals();
+
 // Memory on the device: CPU memory is 64-byte aligned heap memory; CUDA memory comes from the
 // device's caching allocator, tied to `stream` (a cudaStream_t, nullptr for the default stream).
 void* allocate(DLDevice device, std::size_t bytes, const void* stream = nullptr);

@@ -67,6 +67,8 @@ class NonFiniteError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+class StepProfile;
+
 class Model {
  public:
   Model(const PluginHost& host, const boost::json::value& run_config);
@@ -90,6 +92,9 @@ class Model {
   // backward goes on.
   using GradientReadyHook = std::function<void(std::size_t parameter)>;
   void set_gradient_ready_hook(GradientReadyHook hook) { gradient_ready_ = std::move(hook); }
+  // Times every unit's forward and backward and every mHC connection of training microbatches
+  // into `profile` (nullptr: off); evaluation is not timed.
+  void set_profile(StepProfile* profile) noexcept { profile_ = profile; }
 
   // Forward only; returns the loss.
   double evaluate(const Batch& batch);
@@ -124,6 +129,7 @@ class Model {
   std::unique_ptr<ConfigHandle> model_config_;
   std::vector<std::unique_ptr<Run>> runs_;  // microbatches of the current step
   GradientReadyHook gradient_ready_;
+  StepProfile* profile_ = nullptr;
   std::vector<int64_t> gradient_pending_;  // per parameter: unit backwards still to come this step
   void unit_backward_done(const Unit& unit);
   friend struct ScheduleEnvBridge;
