@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <ostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -463,4 +464,68 @@ BOOST_AUTO_TEST_CASE(byte_tokenizer_round_trips_any_bytes) {
     return std::string(e.what()).find("token 256 at position 1 is not a byte") != std::string::npos;
   });
   BOOST_CHECK_THROW(tokenizer.decode(std::vector<int64_t>{-1}), DataError);
+}
+
+// ---- fuzzing the reader ----------------------------------------------------------------------
+
+// Thousands of damaged copies of a valid dataset (bytes of the .idx overwritten, the .idx cut
+// or extended, the .bin resized): each one either opens, and then every sequence and document
+// reads back inside the .bin with the counts agreeing, or is refused with a DataError naming the
+// file. Nothing else may happen: no crash, no other exception.
+BOOST_AUTO_TEST_CASE(damaged_files_are_refused_or_read_safely) {
+  plexus::test::TempDir dir;
+  IdxSpec spec;
+  spec.lengths = {3, 1, 2, 5, 4};
+  spec.documents = {0, 2, 3, 5};
+  const std::string good_idx = spec.bytes();
+  const std::string good_bin = uint16_bin({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15});
+  std::mt19937_64 random(20261121);
+  const auto below = [&](std::size_t n) { return static_cast<std::size_t>(random() % n); };
+  int opened = 0, refused = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string idx = good_idx, bin = good_bin;
+    switch (trial % 4) {
+      case 0:  // a few bytes anywhere
+      case 1:
+        for (std::size_t k = 0, n = 1 + below(4); k < n; ++k)
+          idx[below(idx.size())] = static_cast<char>(random());
+        break;
+      case 2:  // a byte inside the counts, lengths and pointers, where the arithmetic happens
+        idx[9 + below(idx.size() - 9)] = static_cast<char>(random() % 2 == 0 ? 0xff : 0x7f);
+        break;
+      case 3:  // sizes: the .idx cut or extended, the .bin resized; or token values changed
+        if (const auto what = random() % 3; what == 0)
+          idx.resize(below(idx.size() + 16), '\x01');
+        else if (what == 1)
+          bin.resize(below(bin.size() + 16), '\x02');
+        else
+          bin[below(bin.size())] = static_cast<char>(random());
+        break;
+    }
+    const fs::path prefix = dir.path() / "fuzz";
+    write_file(plexus::data::idx_path(prefix), idx);
+    write_file(plexus::data::bin_path(prefix), bin);
+    try {
+      const IndexedDataset dataset(prefix);
+      ++opened;
+      const std::size_t itemsize = plexus::data::dtype_size(dataset.dtype());
+      BOOST_TEST_REQUIRE(dataset.token_count() * itemsize == bin.size(), "trial " << trial);
+      uint64_t tokens = 0;
+      for (std::size_t s = 0; s < dataset.sequence_count(); ++s)
+        tokens += dataset.sequence(s).to_vector().size();
+      BOOST_TEST_REQUIRE(tokens == dataset.token_count(), "trial " << trial);
+      uint64_t in_documents = 0;
+      for (std::size_t d = 0; d < dataset.document_count(); ++d) in_documents += dataset.document(d).size();
+      BOOST_TEST_REQUIRE(in_documents == dataset.token_count(), "trial " << trial);
+    } catch (const DataError& e) {
+      ++refused;
+      const std::string message = e.what();
+      BOOST_TEST_REQUIRE(
+          (message.find("fuzz.idx") != std::string::npos || message.find("fuzz.bin") != std::string::npos),
+          "trial " << trial << ": the refusal names no file: " << message);
+    }
+  }
+  BOOST_TEST_MESSAGE("damaged datasets: " << opened << " opened and read, " << refused << " refused");
+  BOOST_TEST(refused > 2000);  // damage to the .idx or a size is caught...
+  BOOST_TEST(opened > 100);    // ...and changed token values are just other tokens
 }
