@@ -28,7 +28,12 @@ StepProfile::Scope::Scope(StepProfile* profile, const std::string& part, Phase p
 
 StepProfile::Scope::~Scope() {
   if (profile_ == nullptr) return;
-  profile_->synchronize();
+  try {
+    profile_->synchronize();
+  } catch (...) {
+    // A destructor must not throw (this one also runs while a failed part unwinds); a device
+    // that cannot synchronize fails the step's next device call, which reports it.
+  }
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   profile_->add(part_, phase_, std::max(0.0, elapsed - nested_seconds_));
   if (parent_ != nullptr) parent_->nested_seconds_ += elapsed;
