@@ -30,7 +30,8 @@ void Tensor::Free::operator()(void* p) const noexcept {
   device::free(device, p);
 }
 
-Tensor::Tensor(std::vector<int64_t> shape, DLDataType dtype, DLDevice device, Uninitialized)
+Tensor::Tensor(std::vector<int64_t> shape, DLDataType dtype, DLDevice device,
+               [[maybe_unused]] Uninitialized tag)
     : shape_(std::move(shape)), dtype_(dtype), device_(device), numel_(1), storage_(nullptr, Free{device}) {
   device::require(device);
   for (int64_t d : shape_) {

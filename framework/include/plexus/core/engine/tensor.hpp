@@ -48,7 +48,7 @@ class Tensor {
 
  private:
   struct Uninitialized {};
-  Tensor(std::vector<int64_t> shape, DLDataType dtype, DLDevice device, Uninitialized);
+  Tensor(std::vector<int64_t> shape, DLDataType dtype, DLDevice device, Uninitialized tag);
 
   struct Free {
     DLDevice device;  // no initializer: it would make Tensor() ill-formed while Free is nested
