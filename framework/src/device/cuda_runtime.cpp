@@ -54,8 +54,11 @@ class CudaMalloc final : public memory::RawAllocator {
     return ptr;
   }
   void release(void* ptr) noexcept override {
-    DeviceGuard guard(device_);
-    cudaFree(ptr);
+    try {
+      DeviceGuard guard(device_);  // throws when the device is already failing (a sticky error)
+      cudaFree(ptr);
+    } catch (...) {  // an exception leaving a noexcept function would terminate the process
+    }
   }
   void synchronize() override {
     DeviceGuard guard(device_);
