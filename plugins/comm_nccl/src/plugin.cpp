@@ -50,14 +50,7 @@ Request& request_of(void* request) {
 
 // The call's cudaStream_t: the host knows what a plx_stream wraps (NULL: the default stream).
 cudaStream_t native_stream(plx_stream stream) {
-  if (stream == nullptr) return nullptr;
-  const plx_host_api* host = plexus::sdk::Host::current().api();
-  if (host->stream_native == nullptr)
-    throw Error(PLX_ERR_UNSUPPORTED,
-                "the host cannot name the CUDA stream of a plx_stream (no stream_native)");
-  void* native = nullptr;
-  plexus::sdk::check_host(host->stream_native(host->ctx, stream, &native));
-  return static_cast<cudaStream_t>(native);
+  return static_cast<cudaStream_t>(plexus::sdk::Host::current().stream_native(stream));
 }
 
 // out_request NULL: the call is blocking (bounded by the communicator's timeout).

@@ -121,13 +121,14 @@ void over_tokens(const MhcProblem& pb, const Args& args, double work_per_element
 
 template <class T>
 void aggregate_forward(const MhcProblem& pb, const plx_mhc_aggregate_forward_args& a) {
-  over_tokens(pb, Forward<T>{in<T>(a.x), in<T>(a.h_pre), out<T>(a.u), pb.streams, pb.hidden}, 1.0);
+  over_tokens(pb, Forward<T>{mhc_in<T>(a.x), mhc_in<T>(a.h_pre), mhc_out<T>(a.u), pb.streams, pb.hidden},
+              1.0);
 }
 
 template <class T>
 void aggregate_backward(const MhcProblem& pb, const plx_mhc_aggregate_backward_args& a) {
-  const Backward<T> args{in<T>(a.x),          in<T>(a.h_pre), in<T>(a.du), out_if<T>(a.dx),
-                         out_if<T>(a.dh_pre), pb.streams,     pb.hidden};
+  const Backward<T> args{mhc_in<T>(a.x),          mhc_in<T>(a.h_pre), mhc_in<T>(a.du), mhc_out_if<T>(a.dx),
+                         mhc_out_if<T>(a.dh_pre), pb.streams,         pb.hidden};
   if (args.dx == nullptr && args.dh_pre == nullptr) return;
   over_tokens(pb, args, 2.0);
 }

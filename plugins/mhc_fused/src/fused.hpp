@@ -20,23 +20,11 @@ using plexus::sdk::MhcProblem;
 // reference does: float32 sums of thousands of terms would lose digits the reference keeps.
 using Acc = double;
 
-template <class T>
-const T* in(const DLTensor* t) {
-  return static_cast<const T*>(plx_data(t));
-}
-template <class T>
-T* out(DLTensor* t) {
-  return static_cast<T*>(plx_data(t));
-}
-// An optional output (gradient not needed) or input (no bias): nullptr when not given.
-template <class T>
-T* out_if(DLTensor* t) {
-  return plexus::sdk::mhc_given(t) ? out<T>(t) : nullptr;
-}
-template <class T>
-const T* in_if(const DLTensor* t) {
-  return plexus::sdk::mhc_given(t) ? in<T>(t) : nullptr;
-}
+// Typed tensor data: the SDK's accessors (plexus/cpp/mhc.hpp).
+using plexus::sdk::mhc_in;
+using plexus::sdk::mhc_in_if;
+using plexus::sdk::mhc_out;
+using plexus::sdk::mhc_out_if;
 
 template <class T>
 void proj_rms_forward(const MhcProblem& p, const plx_mhc_proj_rms_forward_args& a);

@@ -206,11 +206,11 @@ int64_t group_count(const MhcProblem& pb, int64_t lanes) {
 template <class T>
 void mappings_forward(const MhcProblem& pb, const plx_mhc_mappings_forward_args& a) {
   if (pb.tokens == 0) return;
-  const Forward<T> args{logits_of(pb, in<T>(a.p), in<T>(a.r), in<T>(a.alpha), in<T>(a.b)),
+  const Forward<T> args{logits_of(pb, mhc_in<T>(a.p), mhc_in<T>(a.r), mhc_in<T>(a.alpha), mhc_in<T>(a.b)),
                         LaneSinkhorn<T>(pb.streams, pb.iterations, static_cast<T>(pb.eps)),
-                        out<T>(a.h_pre),
-                        out<T>(a.h_post),
-                        out<T>(a.h_res),
+                        mhc_out<T>(a.h_pre),
+                        mhc_out<T>(a.h_post),
+                        mhc_out<T>(a.h_res),
                         static_cast<std::size_t>(pb.tokens)};
   const int64_t groups = group_count(pb, kLanes<T>);
   run_parts(team_size(groups, mapping_work(pb)), [&](int part, int parts) {
@@ -221,16 +221,16 @@ void mappings_forward(const MhcProblem& pb, const plx_mhc_mappings_forward_args&
 
 template <class T>
 void mappings_backward(const MhcProblem& pb, const plx_mhc_mappings_backward_args& a) {
-  const Backward<T> args{logits_of(pb, in<T>(a.p), in<T>(a.r), in<T>(a.alpha), in<T>(a.b)),
+  const Backward<T> args{logits_of(pb, mhc_in<T>(a.p), mhc_in<T>(a.r), mhc_in<T>(a.alpha), mhc_in<T>(a.b)),
                          LaneSinkhorn<T>(pb.streams, pb.iterations, static_cast<T>(pb.eps)),
-                         in<T>(a.dh_pre),
-                         in<T>(a.dh_post),
-                         in<T>(a.dh_res),
-                         out_if<T>(a.dp),
-                         out_if<T>(a.dr),
+                         mhc_in<T>(a.dh_pre),
+                         mhc_in<T>(a.dh_post),
+                         mhc_in<T>(a.dh_res),
+                         mhc_out_if<T>(a.dp),
+                         mhc_out_if<T>(a.dr),
                          static_cast<std::size_t>(pb.tokens)};
-  T* dalpha = out_if<T>(a.dalpha);
-  T* db = out_if<T>(a.db);
+  T* dalpha = mhc_out_if<T>(a.dalpha);
+  T* db = mhc_out_if<T>(a.db);
   if (pb.tokens == 0 || (args.dp == nullptr && args.dr == nullptr && dalpha == nullptr && db == nullptr))
     return;
 

@@ -189,8 +189,9 @@ void run_tokens(const Backward<double>& a, int64_t begin, int64_t end, Acc* bias
 
 template <class T>
 void post_res_forward(const MhcProblem& pb, const plx_mhc_post_res_forward_args& a) {
-  const Forward<T> args{in<T>(a.x),  in<T>(a.h_res), in<T>(a.h_post), in<T>(a.f),         in_if<T>(a.bias),
-                        out<T>(a.y), pb.streams,     pb.hidden,       pb.transposed_h_res};
+  const Forward<T> args{mhc_in<T>(a.x),       mhc_in<T>(a.h_res), mhc_in<T>(a.h_post), mhc_in<T>(a.f),
+                        mhc_in_if<T>(a.bias), mhc_out<T>(a.y),    pb.streams,          pb.hidden,
+                        pb.transposed_h_res};
   const double work = static_cast<double>(pb.tokens) * static_cast<double>(pb.streams * pb.hidden) *
                       static_cast<double>(pb.streams + 1);
   run_parts(team_size(pb.tokens, work), [&](int part, int parts) {
@@ -201,11 +202,12 @@ void post_res_forward(const MhcProblem& pb, const plx_mhc_post_res_forward_args&
 
 template <class T>
 void post_res_backward(const MhcProblem& pb, const plx_mhc_post_res_backward_args& a) {
-  const Backward<T> args{in<T>(a.x),           in<T>(a.h_res),  in<T>(a.h_post), in<T>(a.f),
-                         in_if<T>(a.bias),     in<T>(a.dy),     out_if<T>(a.dx), out_if<T>(a.dh_res),
-                         out_if<T>(a.dh_post), out_if<T>(a.df), pb.streams,      pb.hidden,
-                         pb.transposed_h_res};
-  T* dbias = out_if<T>(a.dbias);
+  const Backward<T> args{
+      mhc_in<T>(a.x),           mhc_in<T>(a.h_res),  mhc_in<T>(a.h_post), mhc_in<T>(a.f),
+      mhc_in_if<T>(a.bias),     mhc_in<T>(a.dy),     mhc_out_if<T>(a.dx), mhc_out_if<T>(a.dh_res),
+      mhc_out_if<T>(a.dh_post), mhc_out_if<T>(a.df), pb.streams,          pb.hidden,
+      pb.transposed_h_res};
+  T* dbias = mhc_out_if<T>(a.dbias);
   if (args.dx == nullptr && args.dh_res == nullptr && args.dh_post == nullptr && args.df == nullptr &&
       dbias == nullptr)
     return;

@@ -113,10 +113,10 @@ void proj_rms_forward(const MhcProblem& pb, const plx_mhc_proj_rms_forward_args&
   if (pb.tokens == 0) return;
   const int64_t row = pb.streams * pb.hidden;  // n*C values per token
   const int64_t width = pb.width;
-  const T* x = in<T>(a.x);
-  const T* phi = in<T>(a.phi);
-  T* p = out<T>(a.p);
-  T* r = out<T>(a.r);
+  const T* x = mhc_in<T>(a.x);
+  const T* phi = mhc_in<T>(a.phi);
+  T* p = mhc_out<T>(a.p);
+  T* r = mhc_out<T>(a.r);
 
   const int64_t block = block_tokens<T>(pb.tokens, row);
   const int64_t blocks = (pb.tokens + block - 1) / block;
@@ -138,15 +138,15 @@ void proj_rms_forward(const MhcProblem& pb, const plx_mhc_proj_rms_forward_args&
 
 template <class T>
 void proj_rms_backward(const MhcProblem& pb, const plx_mhc_proj_rms_backward_args& a) {
-  T* dx = out_if<T>(a.dx);
-  T* dphi = out_if<T>(a.dphi);
+  T* dx = mhc_out_if<T>(a.dx);
+  T* dphi = mhc_out_if<T>(a.dphi);
   if (pb.tokens == 0 || (dx == nullptr && dphi == nullptr)) return;
   const int64_t row = pb.streams * pb.hidden;
   const int64_t width = pb.width;
-  const T* x = in<T>(a.x);
-  const T* phi = in<T>(a.phi);
-  const T* dp = in<T>(a.dp);
-  const T* dr = in<T>(a.dr);
+  const T* x = mhc_in<T>(a.x);
+  const T* phi = mhc_in<T>(a.phi);
+  const T* dp = mhc_in<T>(a.dp);
+  const T* dr = mhc_in<T>(a.dr);
 
   const int64_t block = block_tokens<T>(pb.tokens, row);
   const int64_t blocks = (pb.tokens + block - 1) / block;

@@ -8,9 +8,9 @@ namespace plexus::mhc_native {
 
 template <class T>
 void aggregate_forward(const MhcProblem& pb, const plx_mhc_aggregate_forward_args& a) {
-  const T* x = in<T>(a.x);
-  const T* h_pre = in<T>(a.h_pre);
-  T* u = out<T>(a.u);
+  const T* x = mhc_in<T>(a.x);
+  const T* h_pre = mhc_in<T>(a.h_pre);
+  T* u = mhc_out<T>(a.u);
   const auto tokens = static_cast<std::size_t>(pb.tokens);
   const auto n = static_cast<std::size_t>(pb.streams);
   const auto c = static_cast<std::size_t>(pb.hidden);
@@ -23,14 +23,14 @@ void aggregate_forward(const MhcProblem& pb, const plx_mhc_aggregate_forward_arg
 
 template <class T>
 void aggregate_backward(const MhcProblem& pb, const plx_mhc_aggregate_backward_args& a) {
-  const T* x = in<T>(a.x);
-  const T* h_pre = in<T>(a.h_pre);
-  const T* du = in<T>(a.du);
+  const T* x = mhc_in<T>(a.x);
+  const T* h_pre = mhc_in<T>(a.h_pre);
+  const T* du = mhc_in<T>(a.du);
   const auto tokens = static_cast<std::size_t>(pb.tokens);
   const auto n = static_cast<std::size_t>(pb.streams);
   const auto c = static_cast<std::size_t>(pb.hidden);
 
-  if (T* dh_pre = out_if<T>(a.dh_pre))  // dH_pre[t, j] = <du[t], x[t, j]>
+  if (T* dh_pre = mhc_out_if<T>(a.dh_pre))  // dH_pre[t, j] = <du[t], x[t, j]>
     for (std::size_t t = 0; t < tokens; ++t)
       for (std::size_t j = 0; j < n; ++j) {
         Acc s = 0;
@@ -38,7 +38,7 @@ void aggregate_backward(const MhcProblem& pb, const plx_mhc_aggregate_backward_a
         dh_pre[t * n + j] = static_cast<T>(s);
       }
 
-  if (T* dx = out_if<T>(a.dx))  // dx[t, j] += H_pre[t, j] * du[t]
+  if (T* dx = mhc_out_if<T>(a.dx))  // dx[t, j] += H_pre[t, j] * du[t]
     for (std::size_t t = 0; t < tokens; ++t)
       for (std::size_t j = 0; j < n; ++j)
         for (std::size_t k = 0; k < c; ++k) dx[(t * n + j) * c + k] += h_pre[t * n + j] * du[t * c + k];

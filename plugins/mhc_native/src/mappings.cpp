@@ -55,13 +55,13 @@ void compute_h(const MhcProblem& pb, const T* p, const T* r, const T* alpha, con
 
 template <class T>
 void mappings_forward(const MhcProblem& pb, const plx_mhc_mappings_forward_args& a) {
-  const T* p = in<T>(a.p);
-  const T* r = in<T>(a.r);
-  const T* alpha = in<T>(a.alpha);
-  const T* b = in<T>(a.b);
-  T* h_pre = out<T>(a.h_pre);
-  T* h_post = out<T>(a.h_post);
-  T* h_res = out<T>(a.h_res);
+  const T* p = mhc_in<T>(a.p);
+  const T* r = mhc_in<T>(a.r);
+  const T* alpha = mhc_in<T>(a.alpha);
+  const T* b = mhc_in<T>(a.b);
+  T* h_pre = mhc_out<T>(a.h_pre);
+  T* h_post = mhc_out<T>(a.h_post);
+  T* h_res = mhc_out<T>(a.h_res);
   const auto n = static_cast<std::size_t>(pb.streams);
   const auto w = static_cast<std::size_t>(pb.width);
 
@@ -89,17 +89,17 @@ void mappings_forward(const MhcProblem& pb, const plx_mhc_mappings_forward_args&
 
 template <class T>
 void mappings_backward(const MhcProblem& pb, const plx_mhc_mappings_backward_args& a) {
-  const T* p = in<T>(a.p);
-  const T* r = in<T>(a.r);
-  const T* alpha = in<T>(a.alpha);
-  const T* b = in<T>(a.b);
-  const T* dh_pre = in<T>(a.dh_pre);
-  const T* dh_post = in<T>(a.dh_post);
-  const T* dh_res = in<T>(a.dh_res);
-  T* dp = out_if<T>(a.dp);
-  T* dr = out_if<T>(a.dr);
-  T* dalpha = out_if<T>(a.dalpha);
-  T* db = out_if<T>(a.db);
+  const T* p = mhc_in<T>(a.p);
+  const T* r = mhc_in<T>(a.r);
+  const T* alpha = mhc_in<T>(a.alpha);
+  const T* b = mhc_in<T>(a.b);
+  const T* dh_pre = mhc_in<T>(a.dh_pre);
+  const T* dh_post = mhc_in<T>(a.dh_post);
+  const T* dh_res = mhc_in<T>(a.dh_res);
+  T* dp = mhc_out_if<T>(a.dp);
+  T* dr = mhc_out_if<T>(a.dr);
+  T* dalpha = mhc_out_if<T>(a.dalpha);
+  T* db = mhc_out_if<T>(a.db);
   const auto n = static_cast<std::size_t>(pb.streams);
   const auto w = static_cast<std::size_t>(pb.width);
 

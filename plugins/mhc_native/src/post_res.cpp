@@ -35,13 +35,13 @@ const T* f_plus_bias(const T* f, const T* bias, std::size_t tokens, std::size_t 
 
 template <class T>
 void post_res_forward(const MhcProblem& pb, const plx_mhc_post_res_forward_args& a) {
-  const T* x = in<T>(a.x);
-  const T* h_post = in<T>(a.h_post);
-  T* y = out<T>(a.y);
+  const T* x = mhc_in<T>(a.x);
+  const T* h_post = mhc_in<T>(a.h_post);
+  T* y = mhc_out<T>(a.y);
   const auto tokens = static_cast<std::size_t>(pb.tokens);
   const auto n = static_cast<std::size_t>(pb.streams);
   const auto c = static_cast<std::size_t>(pb.hidden);
-  const Mix<T> mix{in<T>(a.h_res), n, pb.transposed_h_res};
+  const Mix<T> mix{mhc_in<T>(a.h_res), n, pb.transposed_h_res};
 
   for (std::size_t t = 0; t < tokens; ++t)  // y[t, i] = sum_j H(i, j) x[t, j]
     for (std::size_t i = 0; i < n; ++i)
@@ -52,7 +52,7 @@ void post_res_forward(const MhcProblem& pb, const plx_mhc_post_res_forward_args&
       }
 
   std::vector<T> storage;
-  const T* fb = f_plus_bias(in<T>(a.f), in_if<T>(a.bias), tokens, c, storage);
+  const T* fb = f_plus_bias(mhc_in<T>(a.f), mhc_in_if<T>(a.bias), tokens, c, storage);
   for (std::size_t t = 0; t < tokens; ++t)  // y[t, i] += H_post[t, i] * (f + bias)[t]
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t k = 0; k < c; ++k) y[(t * n + i) * c + k] += h_post[t * n + i] * fb[t * c + k];
@@ -60,15 +60,15 @@ void post_res_forward(const MhcProblem& pb, const plx_mhc_post_res_forward_args&
 
 template <class T>
 void post_res_backward(const MhcProblem& pb, const plx_mhc_post_res_backward_args& a) {
-  const T* x = in<T>(a.x);
-  const T* h_post = in<T>(a.h_post);
-  const T* dy = in<T>(a.dy);
+  const T* x = mhc_in<T>(a.x);
+  const T* h_post = mhc_in<T>(a.h_post);
+  const T* dy = mhc_in<T>(a.dy);
   const auto tokens = static_cast<std::size_t>(pb.tokens);
   const auto n = static_cast<std::size_t>(pb.streams);
   const auto c = static_cast<std::size_t>(pb.hidden);
-  const Mix<T> mix{in<T>(a.h_res), n, pb.transposed_h_res};
+  const Mix<T> mix{mhc_in<T>(a.h_res), n, pb.transposed_h_res};
 
-  if (T* dx = out_if<T>(a.dx))  // dx[t, j] += sum_i H(i, j) dy[t, i]
+  if (T* dx = mhc_out_if<T>(a.dx))  // dx[t, j] += sum_i H(i, j) dy[t, i]
     for (std::size_t t = 0; t < tokens; ++t)
       for (std::size_t j = 0; j < n; ++j)
         for (std::size_t k = 0; k < c; ++k) {
@@ -77,7 +77,7 @@ void post_res_backward(const MhcProblem& pb, const plx_mhc_post_res_backward_arg
           dx[(t * n + j) * c + k] += static_cast<T>(s);
         }
 
-  if (T* dh_res = out_if<T>(a.dh_res))  // dH(i, j) = <dy[t, i], x[t, j]>, stored where H(i, j) is read
+  if (T* dh_res = mhc_out_if<T>(a.dh_res))  // dH(i, j) = <dy[t, i], x[t, j]>, stored where H(i, j) is read
     for (std::size_t t = 0; t < tokens; ++t)
       for (std::size_t i = 0; i < n; ++i)
         for (std::size_t j = 0; j < n; ++j) {
@@ -88,9 +88,9 @@ void post_res_backward(const MhcProblem& pb, const plx_mhc_post_res_backward_arg
           dh_res[at] = static_cast<T>(s);
         }
 
-  if (T* dh_post = out_if<T>(a.dh_post)) {  // dH_post[t, i] = <dy[t, i], (f + bias)[t]>
+  if (T* dh_post = mhc_out_if<T>(a.dh_post)) {  // dH_post[t, i] = <dy[t, i], (f + bias)[t]>
     std::vector<T> storage;
-    const T* fb = f_plus_bias(in<T>(a.f), in_if<T>(a.bias), tokens, c, storage);
+    const T* fb = f_plus_bias(mhc_in<T>(a.f), mhc_in_if<T>(a.bias), tokens, c, storage);
     for (std::size_t t = 0; t < tokens; ++t)
       for (std::size_t i = 0; i < n; ++i) {
         Acc s = 0;
@@ -101,8 +101,8 @@ void post_res_backward(const MhcProblem& pb, const plx_mhc_post_res_backward_arg
 
   // df[t] = sum_i H_post[t, i] dy[t, i]; dbias needs it too, so it goes to a temporary when df
   // itself is not wanted.
-  T* df = out_if<T>(a.df);
-  T* dbias = out_if<T>(a.dbias);
+  T* df = mhc_out_if<T>(a.df);
+  T* dbias = mhc_out_if<T>(a.dbias);
   if (df == nullptr && dbias == nullptr) return;
   std::vector<T> df_storage;
   if (df == nullptr) {

@@ -54,40 +54,40 @@ template <class T>
 void proj_rms_forward(const MhcProblem& p, const plx_mhc_proj_rms_forward_args& a) {
   if (p.tokens == 0) return;
   const int64_t row = p.streams * p.hidden;  // n*C values per token
-  const T* x = in<T>(a.x);
+  const T* x = mhc_in<T>(a.x);
 
   const RmsSteps<T> steps = rms_steps(x, p.tokens, row, p.eps);
-  T* r = out<T>(a.r);
+  T* r = mhc_out<T>(a.r);
   for (std::size_t t = 0; t < steps.r.size(); ++t) r[t] = steps.r[t];
 
   // p[T, W] = x[T, n*C] . phi[n*C, W]
-  kernels::gemm_parallel<T>(Trans::N, Trans::N, p.tokens, p.width, row, T(1), x, row, in<T>(a.phi), p.width,
-                            T(0), out<T>(a.p), p.width);
+  kernels::gemm_parallel<T>(Trans::N, Trans::N, p.tokens, p.width, row, T(1), x, row, mhc_in<T>(a.phi),
+                            p.width, T(0), mhc_out<T>(a.p), p.width);
 }
 
 template <class T>
 void proj_rms_backward(const MhcProblem& p, const plx_mhc_proj_rms_backward_args& a) {
   if (p.tokens == 0) return;
   const int64_t row = p.streams * p.hidden;
-  const T* x = in<T>(a.x);
-  const T* dp = in<T>(a.dp);
+  const T* x = mhc_in<T>(a.x);
+  const T* dp = mhc_in<T>(a.dp);
 
-  if (T* dphi = out_if<T>(a.dphi)) {
+  if (T* dphi = mhc_out_if<T>(a.dphi)) {
     // dphi[n*C, W] += x^T . dp
     kernels::gemm_parallel<T>(Trans::T, Trans::N, row, p.width, p.tokens, T(1), x, row, dp, p.width, T(1),
                               dphi, p.width);
   }
 
-  T* dx = out_if<T>(a.dx);
+  T* dx = mhc_out_if<T>(a.dx);
   if (dx == nullptr) return;
   // Through the projection: dx[T, n*C] += dp . phi^T
-  kernels::gemm_parallel<T>(Trans::N, Trans::T, p.tokens, row, p.width, T(1), dp, p.width, in<T>(a.phi),
+  kernels::gemm_parallel<T>(Trans::N, Trans::T, p.tokens, row, p.width, T(1), dp, p.width, mhc_in<T>(a.phi),
                             p.width, T(1), dx, row);
 
   // Through the norm, step by step backwards: r = 1 / (rms + eps), rms = sqrt(mean),
   // mean = sum(v^2) / (n*C).
   const RmsSteps<T> steps = rms_steps(x, p.tokens, row, p.eps);
-  const T* dr = in<T>(a.dr);
+  const T* dr = mhc_in<T>(a.dr);
   const auto count = static_cast<std::size_t>(p.tokens);
 
   std::vector<T> d_rms(count);  // dr * d(1 / (rms + eps)) / d(rms) = -dr * r^2

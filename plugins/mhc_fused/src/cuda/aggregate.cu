@@ -137,8 +137,8 @@ template <class A>
 void aggregate_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_aggregate_forward_args& a) {
   if (pb.tokens == 0) return;
   using D = device_t<A>;
-  const Forward<D> args{dev(in<A>(a.x)), in<float>(a.h_pre), dev(out<A>(a.u)),
-                        pb.tokens,       pb.hidden,          static_cast<int>(pb.streams)};
+  const Forward<D> args{dev(mhc_in<A>(a.x)), mhc_in<float>(a.h_pre),      dev(mhc_out<A>(a.u)), pb.tokens,
+                        pb.hidden,           static_cast<int>(pb.streams)};
   const unsigned blocks = static_cast<unsigned>((pb.tokens + kWarps - 1) / kWarps);
   if (vectors_fit<D>(pb.hidden, {args.x, args.u}))
     aggregate_forward_kernel<D, kVector<D>><<<blocks, kThreads, 0, handle.stream()>>>(args);
@@ -150,9 +150,14 @@ void aggregate_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_aggre
 template <class A>
 void aggregate_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_aggregate_backward_args& a) {
   using D = device_t<A>;
-  Backward<D> args{
-      dev(in<A>(a.x)),         in<float>(a.h_pre), dev(in<A>(a.du)), dev(out_if<A>(a.dx)),
-      out_if<float>(a.dh_pre), pb.tokens,          pb.hidden,        static_cast<int>(pb.streams)};
+  Backward<D> args{dev(mhc_in<A>(a.x)),
+                   mhc_in<float>(a.h_pre),
+                   dev(mhc_in<A>(a.du)),
+                   dev(mhc_out_if<A>(a.dx)),
+                   mhc_out_if<float>(a.dh_pre),
+                   pb.tokens,
+                   pb.hidden,
+                   static_cast<int>(pb.streams)};
   if (pb.tokens == 0 || (args.dx == nullptr && args.dh_pre == nullptr)) return;
   cudaStream_t stream = handle.stream();
   const unsigned blocks = static_cast<unsigned>((pb.tokens + kWarps - 1) / kWarps);

@@ -423,10 +423,10 @@ void mappings_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappin
   const int64_t chunk = tokens_per_launch(pb.tokens, per_token);
   float* work = carve(handle, [&](Scratch& s) { return s.take<float>(per_token * chunk); });
   ForwardArgs args{};
-  args.lg = logits_of(pb, in<float>(a.p), in<float>(a.r), in<float>(a.alpha), in<float>(a.b));
-  args.h_pre = out<float>(a.h_pre);
-  args.h_post = out<float>(a.h_post);
-  args.h_res = out<float>(a.h_res);
+  args.lg = logits_of(pb, mhc_in<float>(a.p), mhc_in<float>(a.r), mhc_in<float>(a.alpha), mhc_in<float>(a.b));
+  args.h_pre = mhc_out<float>(a.h_pre);
+  args.h_post = mhc_out<float>(a.h_post);
+  args.h_res = mhc_out<float>(a.h_res);
   args.iterations = pb.iterations;
   args.eps = static_cast<float>(pb.eps);
   args.work = work;
@@ -441,10 +441,10 @@ void mappings_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappin
 }
 
 void mappings_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappings_backward_args& a) {
-  float* dp = out_if<float>(a.dp);
-  float* dr = out_if<float>(a.dr);
-  float* dalpha = out_if<float>(a.dalpha);
-  float* db = out_if<float>(a.db);
+  float* dp = mhc_out_if<float>(a.dp);
+  float* dr = mhc_out_if<float>(a.dr);
+  float* dalpha = mhc_out_if<float>(a.dalpha);
+  float* db = mhc_out_if<float>(a.db);
   if (pb.tokens == 0 || (dp == nullptr && dr == nullptr && dalpha == nullptr && db == nullptr)) return;
   const int64_t n = pb.streams, w = pb.width;
   const int64_t per_token = pb.iterations * n * n + (in_registers(n) ? 0 : generic_floats(n));
@@ -463,10 +463,10 @@ void mappings_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappi
   cudaStream_t stream = handle.stream();
 
   BackwardArgs args{};
-  args.lg = logits_of(pb, in<float>(a.p), in<float>(a.r), in<float>(a.alpha), in<float>(a.b));
-  args.dh_pre = in<float>(a.dh_pre);
-  args.dh_post = in<float>(a.dh_post);
-  args.dh_res = in<float>(a.dh_res);
+  args.lg = logits_of(pb, mhc_in<float>(a.p), mhc_in<float>(a.r), mhc_in<float>(a.alpha), mhc_in<float>(a.b));
+  args.dh_pre = mhc_in<float>(a.dh_pre);
+  args.dh_post = mhc_in<float>(a.dh_post);
+  args.dh_res = mhc_in<float>(a.dh_res);
   args.dp = dp;
   args.dr = dr;
   args.db_terms = t.db_terms;

@@ -355,12 +355,12 @@ template <class A>
 void post_res_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_res_forward_args& a) {
   if (pb.tokens == 0) return;
   using D = device_t<A>;
-  const Forward<D> args{dev(in<A>(a.x)),
-                        in<float>(a.h_res),
-                        in<float>(a.h_post),
-                        dev(in<A>(a.f)),
-                        dev(in_if<A>(a.bias)),
-                        dev(out<A>(a.y)),
+  const Forward<D> args{dev(mhc_in<A>(a.x)),
+                        mhc_in<float>(a.h_res),
+                        mhc_in<float>(a.h_post),
+                        dev(mhc_in<A>(a.f)),
+                        dev(mhc_in_if<A>(a.bias)),
+                        dev(mhc_out<A>(a.y)),
                         pb.tokens,
                         pb.hidden,
                         static_cast<int>(pb.streams),
@@ -395,17 +395,17 @@ void post_res_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_r
 template <class A>
 void post_res_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_res_backward_args& a) {
   using D = device_t<A>;
-  D* dbias = dev(out_if<A>(a.dbias));
-  Backward<D> args{dev(in<A>(a.x)),
-                   in<float>(a.h_res),
-                   in<float>(a.h_post),
-                   dev(in<A>(a.f)),
-                   dev(in_if<A>(a.bias)),
-                   dev(in<A>(a.dy)),
-                   dev(out_if<A>(a.dx)),
-                   out_if<float>(a.dh_res),
-                   out_if<float>(a.dh_post),
-                   dev(out_if<A>(a.df)),
+  D* dbias = dev(mhc_out_if<A>(a.dbias));
+  Backward<D> args{dev(mhc_in<A>(a.x)),
+                   mhc_in<float>(a.h_res),
+                   mhc_in<float>(a.h_post),
+                   dev(mhc_in<A>(a.f)),
+                   dev(mhc_in_if<A>(a.bias)),
+                   dev(mhc_in<A>(a.dy)),
+                   dev(mhc_out_if<A>(a.dx)),
+                   mhc_out_if<float>(a.dh_res),
+                   mhc_out_if<float>(a.dh_post),
+                   dev(mhc_out_if<A>(a.df)),
                    nullptr,
                    pb.tokens,
                    pb.hidden,

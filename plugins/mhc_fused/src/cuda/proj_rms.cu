@@ -397,10 +397,10 @@ void proj_rms_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_proj_r
   if (pb.tokens == 0) return;
   using D = device_t<A>;
   ForwardArgs<D> args{};
-  args.x = dev(in<A>(a.x));
-  args.phi = in<float>(a.phi);
-  args.p = out<float>(a.p);
-  args.r = out<float>(a.r);
+  args.x = dev(mhc_in<A>(a.x));
+  args.phi = mhc_in<float>(a.phi);
+  args.p = mhc_out<float>(a.p);
+  args.r = mhc_out<float>(a.r);
   args.tokens = pb.tokens;
   args.row = pb.streams * pb.hidden;
   args.width = static_cast<int>(pb.width);
@@ -417,8 +417,8 @@ void proj_rms_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_proj_r
 template <class A>
 void proj_rms_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_proj_rms_backward_args& a) {
   using D = device_t<A>;
-  D* dx = dev(out_if<A>(a.dx));
-  float* dphi = out_if<float>(a.dphi);
+  D* dx = dev(mhc_out_if<A>(a.dx));
+  float* dphi = mhc_out_if<float>(a.dphi);
   if (pb.tokens == 0 || (dx == nullptr && dphi == nullptr)) return;
   const int64_t row = pb.streams * pb.hidden;
   const int64_t chunks = (row + kChunkB - 1) / kChunkB;
@@ -435,24 +435,24 @@ void proj_rms_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_proj_
   });
   cudaStream_t stream = handle.stream();
 
-  const D* x = dev(in<A>(a.x));
+  const D* x = dev(mhc_in<A>(a.x));
   const bool vec_x = row % kVector<D> == 0 && aligned(x, 16);
   if (dx != nullptr) {
     const unsigned blocks = static_cast<unsigned>((pb.tokens + kWarps - 1) / kWarps);
     const float eps = static_cast<float>(pb.eps);
     if (vec_x)
       norm_coefficient_kernel<D, kVector<D>>
-          <<<blocks, kThreads, 0, stream>>>(x, in<float>(a.dr), t.coef, pb.tokens, row, eps);
+          <<<blocks, kThreads, 0, stream>>>(x, mhc_in<float>(a.dr), t.coef, pb.tokens, row, eps);
     else
       norm_coefficient_kernel<D, 1>
-          <<<blocks, kThreads, 0, stream>>>(x, in<float>(a.dr), t.coef, pb.tokens, row, eps);
+          <<<blocks, kThreads, 0, stream>>>(x, mhc_in<float>(a.dr), t.coef, pb.tokens, row, eps);
     check_launch("mhc_fused proj_rms backward: norm");
   }
 
   BackwardArgs<D> args{};
   args.x = x;
-  args.phi = in<float>(a.phi);
-  args.dp = in<float>(a.dp);
+  args.phi = mhc_in<float>(a.phi);
+  args.dp = mhc_in<float>(a.dp);
   args.coef = t.coef;
   args.dx = dx;
   args.partial = t.partial;

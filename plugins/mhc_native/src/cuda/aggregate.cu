@@ -46,25 +46,26 @@ void aggregate_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_aggre
   const int64_t count = pb.tokens * pb.hidden;
   if (count == 0) return;
   cudaStream_t stream = handle.stream();
-  float* u = out<float>(a.u);
+  float* u = mhc_out<float>(a.u);
   PLEXUS_CUDA_CHECK(cudaMemsetAsync(u, 0, static_cast<std::size_t>(count) * sizeof(float), stream),
                     "mhc_native aggregate: u = 0");
   for (int64_t j = 0; j < pb.streams; ++j)
-    for_each(stream, count, AddStream{in<float>(a.x), in<float>(a.h_pre), pb.streams, pb.hidden, j, u},
+    for_each(stream, count,
+             AddStream{mhc_in<float>(a.x), mhc_in<float>(a.h_pre), pb.streams, pb.hidden, j, u},
              "mhc_native aggregate: u += H_pre x");
 }
 
 void aggregate_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_aggregate_backward_args& a) {
   if (pb.tokens == 0) return;
   cudaStream_t stream = handle.stream();
-  const float* x = in<float>(a.x);
-  const float* du = in<float>(a.du);
-  if (float* dh_pre = out_if<float>(a.dh_pre))
+  const float* x = mhc_in<float>(a.x);
+  const float* du = mhc_in<float>(a.du);
+  if (float* dh_pre = mhc_out_if<float>(a.dh_pre))
     row_sums(stream, pb.tokens * pb.streams, pb.hidden, DHPre{du, x, pb.streams, pb.hidden, dh_pre},
              "mhc_native aggregate': dH_pre");
-  if (float* dx = out_if<float>(a.dx))
-    for_each(stream, pb.tokens * pb.streams * pb.hidden, DX{in<float>(a.h_pre), du, pb.streams, pb.hidden, dx},
-             "mhc_native aggregate': dx");
+  if (float* dx = mhc_out_if<float>(a.dx))
+    for_each(stream, pb.tokens * pb.streams * pb.hidden,
+             DX{mhc_in<float>(a.h_pre), du, pb.streams, pb.hidden, dx}, "mhc_native aggregate': dx");
 }
 
 }  // namespace plexus::mhc_native::gpu

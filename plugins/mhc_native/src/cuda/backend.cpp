@@ -6,42 +6,18 @@
 #include <string>
 
 #include "plexus/cpp/host.hpp"
-#include "plexus_cuda_kernels/error.hpp"
+#include "plexus_cuda_kernels/current_device.hpp"
 #include "primitives.hpp"
 
 namespace plexus::mhc_native::gpu {
 namespace {
 
+using cuda_kernels::CurrentDevice;
 using plexus::sdk::Error;
 
-// Makes `device` current and restores the caller's device on every path: the host and other
-// plugins keep their own current device.
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int device) {
-    PLEXUS_CUDA_CHECK(cudaGetDevice(&previous_), "mhc_native");
-    if (previous_ == device) return;
-    PLEXUS_CUDA_CHECK(cudaSetDevice(device), "mhc_native");
-    changed_ = true;
-  }
-  ~CurrentDevice() {
-    if (changed_) static_cast<void>(cudaSetDevice(previous_));
-  }
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
-
- private:
-  int previous_ = 0;
-  bool changed_ = false;
-};
-
-// The call's cudaStream_t: the host knows what a plx_stream wraps (NULL: the default stream).
+// The call's cudaStream_t (NULL: the default stream).
 cudaStream_t native_stream(plx_stream stream) {
-  if (stream == nullptr) return nullptr;
-  const plx_host_api* host = plexus::sdk::Host::current().api();
-  void* native = nullptr;
-  plexus::sdk::check_host(host->stream_native(host->ctx, stream, &native));
-  return static_cast<cudaStream_t>(native);
+  return static_cast<cudaStream_t>(plexus::sdk::Host::current().stream_native(stream));
 }
 
 }  // namespace

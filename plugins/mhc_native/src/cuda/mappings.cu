@@ -148,13 +148,16 @@ void mappings_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappin
     return Temps{h, post_sigmoid, DeviceSinkhorn(n, pb.iterations, static_cast<float>(pb.eps), block, ws)};
   });
   cudaStream_t stream = handle.stream();
-  compute_h(stream, pb, in<float>(a.p), in<float>(a.r), in<float>(a.alpha), in<float>(a.b), t.h);
+  compute_h(stream, pb, mhc_in<float>(a.p), mhc_in<float>(a.r), mhc_in<float>(a.alpha), mhc_in<float>(a.b),
+            t.h);
 
-  for_each(stream, pb.tokens * n, SigmoidOfPart{t.h, w, n, 0, out<float>(a.h_pre)}, "mhc_native mappings: H_pre");
+  for_each(stream, pb.tokens * n, SigmoidOfPart{t.h, w, n, 0, mhc_out<float>(a.h_pre)},
+           "mhc_native mappings: H_pre");
   for_each(stream, pb.tokens * n, SigmoidOfPart{t.h, w, n, n, t.post_sigmoid}, "mhc_native mappings: sigmoid");
-  for_each(stream, pb.tokens * n, Twice{t.post_sigmoid, out<float>(a.h_post)}, "mhc_native mappings: H_post");
+  for_each(stream, pb.tokens * n, Twice{t.post_sigmoid, mhc_out<float>(a.h_post)},
+           "mhc_native mappings: H_post");
 
-  float* h_res = out<float>(a.h_res);
+  float* h_res = mhc_out<float>(a.h_res);
   for (int64_t t0 = 0; t0 < pb.tokens; t0 += block) {
     const int64_t count = std::min(block, pb.tokens - t0);
     t.sinkhorn.forward(stream, count, t.h + t0 * w + 2 * n, w, h_res + t0 * n * n);
@@ -164,14 +167,14 @@ void mappings_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappin
 void mappings_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappings_backward_args& a) {
   if (pb.tokens == 0) return;
   const int64_t n = pb.streams, w = pb.width, block = block_tokens(pb);
-  const float* p = in<float>(a.p);
-  const float* r = in<float>(a.r);
-  const float* alpha = in<float>(a.alpha);
-  const float* dh_res = in<float>(a.dh_res);
-  float* dp = out_if<float>(a.dp);
-  float* dr = out_if<float>(a.dr);
-  float* dalpha = out_if<float>(a.dalpha);
-  float* db = out_if<float>(a.db);
+  const float* p = mhc_in<float>(a.p);
+  const float* r = mhc_in<float>(a.r);
+  const float* alpha = mhc_in<float>(a.alpha);
+  const float* dh_res = mhc_in<float>(a.dh_res);
+  float* dp = mhc_out_if<float>(a.dp);
+  float* dr = mhc_out_if<float>(a.dr);
+  float* dalpha = mhc_out_if<float>(a.dalpha);
+  float* db = mhc_out_if<float>(a.db);
 
   struct Temps {
     float* h;            // [T, W]
@@ -191,11 +194,11 @@ void mappings_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappi
                  DeviceSinkhorn(n, pb.iterations, static_cast<float>(pb.eps), block, ws)};
   });
   cudaStream_t stream = handle.stream();
-  compute_h(stream, pb, p, r, alpha, in<float>(a.b), t.h);
+  compute_h(stream, pb, p, r, alpha, mhc_in<float>(a.b), t.h);
 
-  for_each(stream, pb.tokens * n, ThroughSigmoid{in<float>(a.dh_pre), t.h, w, n, 0, false, t.dh},
+  for_each(stream, pb.tokens * n, ThroughSigmoid{mhc_in<float>(a.dh_pre), t.h, w, n, 0, false, t.dh},
            "mhc_native mappings': dh_pre");
-  for_each(stream, pb.tokens * n, ThroughSigmoid{in<float>(a.dh_post), t.h, w, n, n, true, t.dh},
+  for_each(stream, pb.tokens * n, ThroughSigmoid{mhc_in<float>(a.dh_post), t.h, w, n, n, true, t.dh},
            "mhc_native mappings': dh_post");
   for (int64_t t0 = 0; t0 < pb.tokens; t0 += block) {
     const int64_t count = std::min(block, pb.tokens - t0);

@@ -115,30 +115,32 @@ const float* f_plus_bias(cudaStream_t stream, const float* f, const float* bias,
 void post_res_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_res_forward_args& a) {
   if (pb.tokens == 0) return;
   const int64_t n = pb.streams, c = pb.hidden;
-  const float* bias = in_if<float>(a.bias);
-  float* y = out<float>(a.y);
-  const Mix mix{in<float>(a.h_res), n, pb.transposed_h_res};
+  const float* bias = mhc_in_if<float>(a.bias);
+  float* y = mhc_out<float>(a.y);
+  const Mix mix{mhc_in<float>(a.h_res), n, pb.transposed_h_res};
   float* storage = carve(handle, [&](Workspace& w) { return w.take<float>(bias != nullptr ? pb.tokens * c : 0); });
   cudaStream_t stream = handle.stream();
 
-  for_each(stream, pb.tokens * n * c, MixStreams{mix, in<float>(a.x), n, c, y}, "mhc_native post_res: mix");
-  const float* fb = f_plus_bias(stream, in<float>(a.f), bias, pb.tokens, c, storage);
-  for_each(stream, pb.tokens * n * c, AddPost{in<float>(a.h_post), fb, n, c, y}, "mhc_native post_res: + H_post f");
+  for_each(stream, pb.tokens * n * c, MixStreams{mix, mhc_in<float>(a.x), n, c, y},
+           "mhc_native post_res: mix");
+  const float* fb = f_plus_bias(stream, mhc_in<float>(a.f), bias, pb.tokens, c, storage);
+  for_each(stream, pb.tokens * n * c, AddPost{mhc_in<float>(a.h_post), fb, n, c, y},
+           "mhc_native post_res: + H_post f");
 }
 
 void post_res_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_res_backward_args& a) {
   if (pb.tokens == 0) return;
   const int64_t n = pb.streams, c = pb.hidden;
-  const float* x = in<float>(a.x);
-  const float* h_post = in<float>(a.h_post);
-  const float* dy = in<float>(a.dy);
-  const float* bias = in_if<float>(a.bias);
-  const Mix mix{in<float>(a.h_res), n, pb.transposed_h_res};
-  float* dx = out_if<float>(a.dx);
-  float* dh_res = out_if<float>(a.dh_res);
-  float* dh_post = out_if<float>(a.dh_post);
-  float* df = out_if<float>(a.df);
-  float* dbias = out_if<float>(a.dbias);
+  const float* x = mhc_in<float>(a.x);
+  const float* h_post = mhc_in<float>(a.h_post);
+  const float* dy = mhc_in<float>(a.dy);
+  const float* bias = mhc_in_if<float>(a.bias);
+  const Mix mix{mhc_in<float>(a.h_res), n, pb.transposed_h_res};
+  float* dx = mhc_out_if<float>(a.dx);
+  float* dh_res = mhc_out_if<float>(a.dh_res);
+  float* dh_post = mhc_out_if<float>(a.dh_post);
+  float* df = mhc_out_if<float>(a.df);
+  float* dbias = mhc_out_if<float>(a.dbias);
 
   struct Temps {
     float* fb;        // [T, C] f + bias, when dH_post is wanted and F has a bias
@@ -158,7 +160,7 @@ void post_res_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_
   if (dh_res != nullptr)
     row_sums(stream, pb.tokens * n * n, c, DHRes{mix, dy, x, n, c, dh_res}, "mhc_native post_res': dH_res");
   if (dh_post != nullptr) {
-    const float* fb = f_plus_bias(stream, in<float>(a.f), bias, pb.tokens, c, t.fb);
+    const float* fb = f_plus_bias(stream, mhc_in<float>(a.f), bias, pb.tokens, c, t.fb);
     row_sums(stream, pb.tokens * n, c, DHPost{dy, fb, n, c, dh_post}, "mhc_native post_res': dH_post");
   }
 

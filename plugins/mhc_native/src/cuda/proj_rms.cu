@@ -106,33 +106,33 @@ struct AddNormGradient {  // dx[t, k] += d_mean[t] * (2 / (n*C)) * x[t, k]
 void proj_rms_forward(Handle& handle, const MhcProblem& p, const plx_mhc_proj_rms_forward_args& a) {
   if (p.tokens == 0) return;
   const int64_t row = p.streams * p.hidden;  // n*C values per token
-  const float* x = in<float>(a.x);
+  const float* x = mhc_in<float>(a.x);
   const RmsSteps steps =
-      carve(handle, [&](Workspace& w) { return take_rms_steps(w, p.tokens, row, out<float>(a.r)); });
+      carve(handle, [&](Workspace& w) { return take_rms_steps(w, p.tokens, row, mhc_out<float>(a.r)); });
   run_rms_steps(handle.stream(), x, p.tokens, row, p.eps, steps);
 
   // p[T, W] = x[T, n*C] . phi[n*C, W]
   cuda_kernels::gemm<float, float>(handle, Trans::N, Trans::N, p.tokens, p.width, row, 1.0f, x, row,
-                                   in<float>(a.phi), p.width, 0.0f, out<float>(a.p), p.width);
+                                   mhc_in<float>(a.phi), p.width, 0.0f, mhc_out<float>(a.p), p.width);
 }
 
 void proj_rms_backward(Handle& handle, const MhcProblem& p, const plx_mhc_proj_rms_backward_args& a) {
   if (p.tokens == 0) return;
   const int64_t row = p.streams * p.hidden;
-  const float* x = in<float>(a.x);
-  const float* dp = in<float>(a.dp);
+  const float* x = mhc_in<float>(a.x);
+  const float* dp = mhc_in<float>(a.dp);
 
-  if (float* dphi = out_if<float>(a.dphi)) {
+  if (float* dphi = mhc_out_if<float>(a.dphi)) {
     // dphi[n*C, W] += x^T . dp
     cuda_kernels::gemm<float, float>(handle, Trans::T, Trans::N, row, p.width, p.tokens, 1.0f, x, row, dp,
                                      p.width, 1.0f, dphi, p.width);
   }
 
-  float* dx = out_if<float>(a.dx);
+  float* dx = mhc_out_if<float>(a.dx);
   if (dx == nullptr) return;
   // Through the projection: dx[T, n*C] += dp . phi^T
   cuda_kernels::gemm<float, float>(handle, Trans::N, Trans::T, p.tokens, row, p.width, 1.0f, dp, p.width,
-                                   in<float>(a.phi), p.width, 1.0f, dx, row);
+                                   mhc_in<float>(a.phi), p.width, 1.0f, dx, row);
 
   // Through the norm, step by step backwards.
   struct Temps {
@@ -149,7 +149,7 @@ void proj_rms_backward(Handle& handle, const MhcProblem& p, const plx_mhc_proj_r
   });
   cudaStream_t stream = handle.stream();
   run_rms_steps(stream, x, p.tokens, row, p.eps, t.steps);
-  for_each(stream, p.tokens, DRms{in<float>(a.dr), t.steps.r, t.d_rms}, "mhc_native proj_rms': d rms");
+  for_each(stream, p.tokens, DRms{mhc_in<float>(a.dr), t.steps.r, t.d_rms}, "mhc_native proj_rms': d rms");
   for_each(stream, p.tokens, DMean{t.d_rms, t.steps.rms, t.d_mean}, "mhc_native proj_rms': d mean");
   const float scale = 2.0f / static_cast<float>(row);  // d(mean) / dv = 2 v / (n*C)
   for_each(stream, p.tokens * row, AddNormGradient{t.d_mean, x, row, scale, dx}, "mhc_native proj_rms': dx");

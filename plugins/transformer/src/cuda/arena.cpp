@@ -1,6 +1,6 @@
 #include "cuda/arena.hpp"
 
-#include "cuda/device_guard.hpp"
+#include "plexus_cuda_kernels/current_device.hpp"
 #include "plexus_cuda_kernels/error.hpp"
 
 namespace plexus::transformer::cuda {
@@ -28,13 +28,13 @@ void* Arena::take_bytes(std::size_t bytes, cudaStream_t stream) {
 void Arena::release() noexcept {
   if (blocks_.empty() && event_ == nullptr) return;
   try {
-    const DeviceGuard guard(device_.device_id);
+    const cuda_kernels::CurrentDevice guard(device_.device_id);
     if (!blocks_.empty() && stream_ != nullptr) order(stream_, nullptr);
   } catch (...) {
     // The ordering could not be queued (a failing context): wait for the whole device instead,
     // so no later owner of these blocks can run under work still using them.
     try {
-      const DeviceGuard guard(device_.device_id);
+      const cuda_kernels::CurrentDevice guard(device_.device_id);
       static_cast<void>(cudaDeviceSynchronize());
     } catch (...) {  // the device is unusable: nothing can run on the blocks any more
     }

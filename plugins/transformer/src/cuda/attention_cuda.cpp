@@ -35,7 +35,7 @@ class AttentionCuda final : public CudaLayer<AttentionSpec, AttentionState> {
     // The rotary tables live as long as the layer, so plain device arrays; computed once in
     // double on the device (as the CPU's), and waited for: later calls may run on a stream that
     // does not synchronize with the default one.
-    const DeviceGuard guard(spec.device.device_id);
+    const cuda_kernels::CurrentDevice guard(spec.device.device_id);
     const auto table = static_cast<std::size_t>(spec.max_seq * spec.head_dim / 2);
     cos_.emplace(table);
     sin_.emplace(table);
@@ -45,7 +45,7 @@ class AttentionCuda final : public CudaLayer<AttentionSpec, AttentionState> {
 
   ~AttentionCuda() override {
     try {
-      const DeviceGuard guard(spec_.device.device_id);
+      const cuda_kernels::CurrentDevice guard(spec_.device.device_id);
       cos_.reset();
       sin_.reset();
     } catch (...) {  // the device is gone: free without it

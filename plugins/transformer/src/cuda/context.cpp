@@ -34,25 +34,18 @@ void expect_visible(const char* component, DLDevice device) {
 }  // namespace
 
 cudaStream_t native_stream(plx_stream stream) {
-  if (stream == nullptr) return nullptr;
-  const plx_host_api* api = plexus::sdk::Host::current().api();
-  if (api->stream_native == nullptr)
-    throw Error(PLX_ERR_UNSUPPORTED,
-                "the host cannot name the CUDA stream of a plx_stream (no stream_native)");
-  void* native = nullptr;
-  plexus::sdk::check_host(api->stream_native(api->ctx, stream, &native));
-  return static_cast<cudaStream_t>(native);
+  return static_cast<cudaStream_t>(plexus::sdk::Host::current().stream_native(stream));
 }
 
 Context::Context(const char* component, DLDevice device) : device_(device) {
   expect_visible(component, device);
-  const DeviceGuard guard(device.device_id);
+  const cuda_kernels::CurrentDevice guard(device.device_id);
   handle_.emplace();  // default options: TF32 off, so float32 products match the CPU's
 }
 
 Context::~Context() {
   try {
-    const DeviceGuard guard(device_.device_id);
+    const cuda_kernels::CurrentDevice guard(device_.device_id);
     handle_.reset();
   } catch (...) {  // the device is gone: release what can be released without it
     handle_.reset();

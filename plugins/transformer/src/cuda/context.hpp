@@ -14,8 +14,8 @@
 #include <mutex>
 #include <optional>
 
-#include "cuda/device_guard.hpp"
 #include "plexus/host.h"
+#include "plexus_cuda_kernels/current_device.hpp"
 #include "plexus_cuda_kernels/handle.hpp"
 
 namespace plexus::transformer::cuda {
@@ -46,7 +46,7 @@ class Context {
    private:
     Context& context_;
     std::unique_lock<std::mutex> lock_;
-    DeviceGuard guard_;
+    cuda_kernels::CurrentDevice guard_;
   };
 
  private:

@@ -36,6 +36,18 @@ class Host {
       api_->report_metric(api_->ctx, name, value);
   }
 
+  // The native handle of a stream (a cudaStream_t on CUDA) for launching work on it; nullptr
+  // for the NULL stream (the device's default). Throws Error when the host cannot name it.
+  void* stream_native(plx_stream stream) const {
+    if (stream == nullptr) return nullptr;
+    if (api_->stream_native == nullptr)
+      throw Error(PLX_ERR_UNSUPPORTED,
+                  "the host cannot name the native stream of a plx_stream (no stream_native)");
+    void* native = nullptr;
+    check_host(api_->stream_native(api_->ctx, stream, &native));
+    return native;
+  }
+
   void* alloc(DLDevice device, uint64_t bytes, uint64_t alignment = 0) const {
     void* ptr = nullptr;
     check_host(api_->alloc(api_->ctx, device, bytes, alignment, &ptr));

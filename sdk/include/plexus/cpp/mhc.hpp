@@ -59,6 +59,26 @@ inline bool mhc_given(const DLTensor* t) noexcept {
   return t != nullptr && t->data != nullptr;
 }
 
+// A call's tensors as typed pointers, for a backend's member functions (the trampoline has
+// already checked their dtypes and contiguity); the _if forms give nullptr for a tensor that is
+// not given (mhc_given).
+template <class T>
+const T* mhc_in(const DLTensor* t) noexcept {
+  return static_cast<const T*>(plx_data(t));
+}
+template <class T>
+T* mhc_out(DLTensor* t) noexcept {
+  return static_cast<T*>(plx_data(t));
+}
+template <class T>
+const T* mhc_in_if(const DLTensor* t) noexcept {
+  return mhc_given(t) ? mhc_in<T>(t) : nullptr;
+}
+template <class T>
+T* mhc_out_if(DLTensor* t) noexcept {
+  return mhc_given(t) ? mhc_out<T>(t) : nullptr;
+}
+
 namespace detail::mhc {
 
 inline std::string dims_text(const int64_t* dims, int64_t ndim) {
