@@ -76,35 +76,7 @@ namespace {
 
 using namespace plexus::test::mhc_gpu;  // NOLINT: the shared case machinery
 
-std::string plugin_path() {
-  return std::string(PLEXUS_BUILD_DIR) + "/lib/plexus/plugins/libplexus_mhc_fused.so";
-}
-
-plexus::PluginHost& plugins() {
-  static plexus::PluginHost host;
-  static const bool loaded = [] {
-    host.load(plugin_path());
-    return true;
-  }();
-  static_cast<void>(loaded);
-  return host;
-}
-
-const plexus::Component& component() {
-  return plugins().get(PLX_KIND_FUSION_BACKEND, "mhc_fused");
-}
-
-// An mhc_fused instance on one device.
-class Backend {
- public:
-  explicit Backend(DLDevice device) : backend_(component(), device, config_.get()) {}
-  const plexus::MhcBackend& operator*() const { return backend_; }
-  const plexus::MhcBackend* operator->() const { return &backend_; }
-
- private:
-  plexus::ConfigHandle config_{boost::json::object{}, "mhc.options"};
-  plexus::MhcBackend backend_;
-};
+const std::string kBackend = "mhc_fused";  // the backend under test
 
 Case make_case(const std::string& name, int64_t n, int64_t C, int64_t T, Logits logits = Logits::ordinary) {
   Case c;
@@ -195,7 +167,7 @@ Tensors rounded(const Tensors& tensors, bool stored) {
 
 // The case on the CPU (float32): the reference results.
 Tensors run_cpu(const Case& c, const Tensors& in) {
-  static const Backend cpu(kCpu);
+  static const Backend cpu(kBackend, kCpu);
   Tensors out = fresh_outputs(c, &in);
   run_all(*cpu, c, in, out);
   return out;
@@ -228,16 +200,16 @@ double bf16_bar(const Case& c, const std::string& name) {
 }  // namespace
 
 PLEXUS_SKIP_MODULE_UNLESS(
-    plexus::device::cuda_device_count() > 0 && std::filesystem::exists(plugin_path()),
+    plexus::device::cuda_device_count() > 0 && std::filesystem::exists(plugin_path(kBackend)),
     "no CUDA GPU here (or a build without CUDA, or without the mhc_fused plugin): its CUDA device needs one")
 
 BOOST_AUTO_TEST_CASE(mhc_fused_declares_cpu_and_cuda) {
-  const auto& backend = component().as<plx_fusion_backend_v1>();
+  const auto& backend = component(kBackend).as<plx_fusion_backend_v1>();
   BOOST_TEST(backend.device_mask == (PLX_DEVICE_BIT(kDLCPU) | PLX_DEVICE_BIT(kDLCUDA)));
 }
 
 BOOST_AUTO_TEST_CASE(float32_on_cuda_matches_the_cpu) {
-  const Backend gpu(kGpu);
+  const Backend gpu(kBackend, kGpu);
   double worst_forward = 0, worst_gradient = 0;
   uint64_t seed = 1;
   for (const Case& c : cases()) {
@@ -257,7 +229,7 @@ BOOST_AUTO_TEST_CASE(float32_on_cuda_matches_the_cpu) {
 }
 
 BOOST_AUTO_TEST_CASE(bfloat16_on_cuda_matches_the_cpu_on_the_same_rounded_inputs) {
-  const Backend gpu(kGpu);
+  const Backend gpu(kBackend, kGpu);
   double worst_activation = 0, worst_mapping = 0;
   uint64_t seed = 101;
   for (const Case& c : cases()) {
@@ -277,7 +249,7 @@ BOOST_AUTO_TEST_CASE(bfloat16_on_cuda_matches_the_cpu_on_the_same_rounded_inputs
 }
 
 BOOST_AUTO_TEST_CASE(results_repeat_bit_for_bit) {
-  const Backend gpu(kGpu);
+  const Backend gpu(kBackend, kGpu);
   for (const Case& c : cases()) {
     if (c.name != "n4_ordinary" && c.name != "n11_C37" && c.name != "n4_C256_T2000") continue;
     const Tensors in = make_inputs(c, 99);
@@ -296,7 +268,7 @@ BOOST_AUTO_TEST_CASE(a_host_stream_gives_the_default_streams_bits) {
   plx_stream stream = nullptr;
   BOOST_TEST_REQUIRE(api->stream_create(api->ctx, kGpu, 0, &stream) == PLX_OK);
   {
-    const Backend gpu(kGpu);
+    const Backend gpu(kBackend, kGpu);
     const Case c = make_case("n4_C64_stream", 4, 64, 133);
     const Tensors in = make_inputs(c, 7);
     const Tensors on_default = run_gpu(*gpu, c, in, false);
@@ -309,7 +281,7 @@ BOOST_AUTO_TEST_CASE(a_host_stream_gives_the_default_streams_bits) {
 // Every backward twice into the same outputs, from zero: accumulated gradients double, written
 // ones are the same again.
 BOOST_AUTO_TEST_CASE(accumulated_outputs_add_up_written_ones_are_overwritten) {
-  const Backend gpu(kGpu);
+  const Backend gpu(kBackend, kGpu);
   for (const Case& c : {make_case("n4_twice", 4, 37, 133), make_case("n11_twice", 11, 64, 45)}) {
     const Tensors in = make_inputs(c, 11);
     const Tensors device_in = to_device(in, kGpu);
@@ -336,7 +308,7 @@ BOOST_AUTO_TEST_CASE(accumulated_outputs_add_up_written_ones_are_overwritten) {
 // and dalpha; proj_rms' with only dphi, then with only dx; aggregate' with only dH_pre. On the
 // register paths (n = 2) and the generic ones (n = 11).
 BOOST_AUTO_TEST_CASE(outputs_not_asked_for_are_skipped) {
-  const Backend gpu(kGpu);
+  const Backend gpu(kBackend, kGpu);
   for (Case c : {make_case("n2_partial", 2, 37, 133), make_case("n11_partial", 11, 64, 45)}) {
     c.K = 5;
     const Tensors in = make_inputs(c, 5);
@@ -418,7 +390,7 @@ BOOST_AUTO_TEST_CASE(outputs_not_asked_for_are_skipped) {
 }
 
 BOOST_AUTO_TEST_CASE(no_tokens_is_a_no_op) {
-  const Backend gpu(kGpu);
+  const Backend gpu(kBackend, kGpu);
   for (const bool bf16 : {false, true}) {
     const Case c = make_case("n4_empty", 4, 37, 0);
     const Tensors in = make_inputs(c, 3);
@@ -433,8 +405,8 @@ BOOST_AUTO_TEST_CASE(no_tokens_is_a_no_op) {
 }
 
 BOOST_AUTO_TEST_CASE(refusals) {
-  const Backend gpu(kGpu);
-  const Backend cpu(kCpu);
+  const Backend gpu(kBackend, kGpu);
+  const Backend cpu(kBackend, kCpu);
   const Case c = make_case("n2_refusals", 2, 37, 3);
   const Tensors host_in = make_inputs(c, 2);
   const Tensors host_out = fresh_outputs(c);
@@ -473,7 +445,7 @@ BOOST_AUTO_TEST_CASE(refusals) {
   refused([&] { aggregate(gpu, plx_dtype_f64(), kGpu); }, PLX_ERR_UNSUPPORTED, "float64");
   refused([&] { aggregate(cpu, plx_dtype_bf16(), kCpu); }, PLX_ERR_UNSUPPORTED, "bfloat16");
   // A GPU that is not there.
-  BOOST_CHECK_EXCEPTION(Backend(DLDevice{kDLCUDA, plexus::device::cuda_device_count()}),
+  BOOST_CHECK_EXCEPTION(Backend(kBackend, DLDevice{kDLCUDA, plexus::device::cuda_device_count()}),
                         plexus::ComponentCallError, [](const plexus::ComponentCallError& e) {
                           BOOST_TEST_MESSAGE("refused: " << e.what());
                           return e.status() == PLX_ERR_UNSUPPORTED;

@@ -56,31 +56,7 @@ namespace {
 
 using namespace plexus::test::mhc_gpu;  // NOLINT: the shared case machinery
 
-plexus::PluginHost& plugins() {
-  static plexus::PluginHost host;
-  static const bool loaded = [] {
-    host.load(std::string(PLEXUS_BUILD_DIR) + "/lib/plexus/plugins/libplexus_mhc_native.so");
-    return true;
-  }();
-  static_cast<void>(loaded);
-  return host;
-}
-
-const plexus::Component& component() {
-  return plugins().get(PLX_KIND_FUSION_BACKEND, "mhc_native");
-}
-
-// An mhc_native instance on one device.
-class Backend {
- public:
-  explicit Backend(DLDevice device) : backend_(component(), device, config_.get()) {}
-  const plexus::MhcBackend& operator*() const { return backend_; }
-  const plexus::MhcBackend* operator->() const { return &backend_; }
-
- private:
-  plexus::ConfigHandle config_{boost::json::object{}, "mhc.options"};
-  plexus::MhcBackend backend_;
-};
+const std::string kBackend = "mhc_native";  // the backend under test
 
 // 133 tokens per case: not a multiple of any block size of the GPU kernels; plus one case that
 // spans several token blocks of the Sinkhorn workspace.
@@ -96,7 +72,7 @@ std::vector<Case> cases() {
 
 // The case on the CPU: the reference results.
 Tensors run_cpu(const Case& c, const Tensors& in) {
-  static const Backend cpu(kCpu);
+  static const Backend cpu(kBackend, kCpu);
   Tensors out = fresh_outputs(c);
   run_all(*cpu, c, in, out);
   return out;
@@ -122,12 +98,12 @@ PLEXUS_SKIP_MODULE_UNLESS(
     "no CUDA GPU here (or a build without CUDA): the CUDA device of mhc_native needs one")
 
 BOOST_AUTO_TEST_CASE(mhc_native_declares_cpu_and_cuda) {
-  const auto& backend = component().as<plx_fusion_backend_v1>();
+  const auto& backend = component(kBackend).as<plx_fusion_backend_v1>();
   BOOST_TEST(backend.device_mask == (PLX_DEVICE_BIT(kDLCPU) | PLX_DEVICE_BIT(kDLCUDA)));
 }
 
 BOOST_AUTO_TEST_CASE(every_primitive_on_cuda_matches_the_cpu) {
-  const Backend gpu(kGpu);
+  const Backend gpu(kBackend, kGpu);
   double worst_forward = 0, worst_gradient = 0;
   uint64_t seed = 1;
   for (const Case& c : cases()) {
@@ -147,7 +123,7 @@ BOOST_AUTO_TEST_CASE(every_primitive_on_cuda_matches_the_cpu) {
 }
 
 BOOST_AUTO_TEST_CASE(results_repeat_bit_for_bit) {
-  const Backend gpu(kGpu);
+  const Backend gpu(kBackend, kGpu);
   for (const Case& c : cases()) {
     if (c.name != "n4_ordinary" && c.name != "n8_T2000_blocks") continue;
     const Tensors in = make_inputs(c, 99);
@@ -163,7 +139,7 @@ BOOST_AUTO_TEST_CASE(a_host_stream_gives_the_default_streams_bits) {
   plx_stream stream = nullptr;
   BOOST_TEST_REQUIRE(api->stream_create(api->ctx, kGpu, 0, &stream) == PLX_OK);
   {
-    const Backend gpu(kGpu);
+    const Backend gpu(kBackend, kGpu);
     Case c;
     c.name = "n4_stream";
     const Tensors in = make_inputs(c, 7);
@@ -177,7 +153,7 @@ BOOST_AUTO_TEST_CASE(a_host_stream_gives_the_default_streams_bits) {
 // Run every backward twice into the same outputs: accumulated gradients double, written ones are
 // the same again.
 BOOST_AUTO_TEST_CASE(accumulated_outputs_add_up_written_ones_are_overwritten) {
-  const Backend gpu(kGpu);
+  const Backend gpu(kBackend, kGpu);
   Case c;
   c.name = "n4_twice";
   const Tensors in = make_inputs(c, 11);
@@ -202,7 +178,7 @@ BOOST_AUTO_TEST_CASE(accumulated_outputs_add_up_written_ones_are_overwritten) {
 // with only dbias (df goes to a temporary), mappings' with only db and dalpha, proj_rms' with
 // only dphi, aggregate' with only dH_pre.
 BOOST_AUTO_TEST_CASE(outputs_not_asked_for_are_skipped) {
-  const Backend gpu(kGpu);
+  const Backend gpu(kBackend, kGpu);
   Case c;
   c.name = "n2_partial";
   c.n = 2;
@@ -276,7 +252,7 @@ BOOST_AUTO_TEST_CASE(outputs_not_asked_for_are_skipped) {
 }
 
 BOOST_AUTO_TEST_CASE(no_tokens_is_a_no_op) {
-  const Backend gpu(kGpu);
+  const Backend gpu(kBackend, kGpu);
   Case c;
   c.name = "n4_empty";
   c.T = 0;
@@ -290,8 +266,8 @@ BOOST_AUTO_TEST_CASE(no_tokens_is_a_no_op) {
 }
 
 BOOST_AUTO_TEST_CASE(refusals) {
-  const Backend gpu(kGpu);
-  const Backend cpu(kCpu);
+  const Backend gpu(kBackend, kGpu);
+  const Backend cpu(kBackend, kCpu);
   Case c;
   c.name = "n2_refusals";
   c.n = 2;
@@ -334,7 +310,7 @@ BOOST_AUTO_TEST_CASE(refusals) {
         PLX_ERR_UNSUPPORTED, "float64");
   }
   // A GPU that is not there.
-  BOOST_CHECK_EXCEPTION(Backend(DLDevice{kDLCUDA, plexus::device::cuda_device_count()}),
+  BOOST_CHECK_EXCEPTION(Backend(kBackend, DLDevice{kDLCUDA, plexus::device::cuda_device_count()}),
                         plexus::ComponentCallError, [](const plexus::ComponentCallError& e) {
                           BOOST_TEST_MESSAGE("refused: " << e.what());
                           return e.status() == PLX_ERR_UNSUPPORTED;

@@ -17,14 +17,46 @@
 #include <vector>
 
 #include "mhc_case.hpp"
+#include "plexus/core/config.hpp"
 #include "plexus/core/engine/tensor.hpp"
 #include "plexus/core/mhc_backend.hpp"
+#include "plexus/core/plugin_host.hpp"
 #include "plexus/mhc.h"
 
 namespace plexus::test::mhc_gpu {
 
 inline const DLDevice kCpu{kDLCPU, 0};
 inline const DLDevice kGpu{kDLCUDA, 0};
+
+// ---- the backend under test ----
+
+// The build's plugin library of backend `name` (libplexus_<name>.so).
+inline std::string plugin_path(const std::string& name) {
+  return std::string(PLEXUS_BUILD_DIR) + "/lib/plexus/plugins/libplexus_" + name + ".so";
+}
+
+// Backend `name`'s component, its plugin loaded once per process.
+inline const plexus::Component& component(const std::string& name) {
+  static plexus::PluginHost host;
+  static std::map<std::string, bool> loaded;
+  if (!loaded[name]) {
+    host.load(plugin_path(name));
+    loaded[name] = true;
+  }
+  return host.get(PLX_KIND_FUSION_BACKEND, name);
+}
+
+// An instance of backend `name` on one device, with empty options.
+class Backend {
+ public:
+  Backend(const std::string& name, DLDevice device) : backend_(component(name), device, config_.get()) {}
+  const plexus::MhcBackend& operator*() const { return backend_; }
+  const plexus::MhcBackend* operator->() const { return &backend_; }
+
+ private:
+  plexus::ConfigHandle config_{boost::json::object{}, "mhc.options"};
+  plexus::MhcBackend backend_;
+};
 
 using Shape = std::vector<int64_t>;
 using Tensors = std::map<std::string, plexus::Tensor>;
