@@ -64,9 +64,14 @@ BOOST_AUTO_TEST_CASE(every_part_is_timed_and_the_parts_add_up_to_the_step) {
       parts_ms += number(part, "forward_ms") + number(part, "backward_ms") + number(part, "update_ms");
     }
     const double untimed = number(p, "untimed_ms");
-    // Exclusive times: nothing is counted twice, so parts + untimed is the step (to rounding).
+    // Exclusive times: a part nested in another (an mHC connection in its unit's stage) is not
+    // counted twice, so the parts cannot add up to more than the step they were timed in (the
+    // step's clock starts before the first part and stops after the last) ...
+    BOOST_TEST(parts_ms <= step_ms * (1 + 1e-9),
+               "parts " << parts_ms << " ms of a " << step_ms << " ms step");
+    // ... and they cover most of it: the untimed rest is data loading and loss reads.
     BOOST_TEST(parts_ms > 0.5 * step_ms, "parts " << parts_ms << " ms of a " << step_ms << " ms step");
-    BOOST_TEST(parts_ms + untimed == step_ms, boost::test_tools::tolerance(1e-6));
+    BOOST_TEST(untimed == step_ms - parts_ms, boost::test_tools::tolerance(1e-6));
     for (const std::string expected :
          {"embedding (transformer.embedding)", "decoder.layers.0 attention (transformer.attention)",
           "decoder.layers.0 attention (transformer.attention) mHC", "decoder.layers.1 mlp (transformer.mlp)",
