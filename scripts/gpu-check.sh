@@ -220,18 +220,11 @@ if wants bench; then
 fi
 
 # ---- train: a short run, then what mHC costs end to end -----------------------------------------
-corpus_dir="${PLEXUS_FORTUNES_DIR:-/usr/share/games/fortunes}"
+# shellcheck source=lib/fortunes.sh
+source "$root/scripts/lib/fortunes.sh"
 prepare_corpus() {
   local prefix="$build/data/fortunes"
-  if [ ! -f "$prefix.idx" ]; then
-    local inputs
-    mapfile -t inputs < <(find "$corpus_dir" -maxdepth 1 -type f ! -name '*.*' 2>/dev/null | sort)
-    if [ "${#inputs[@]}" -eq 0 ]; then
-      echo "no fortune files in $corpus_dir (Debian: fortunes; or PLEXUS_DEPS_DIR)" >&2
-      return 1
-    fi
-    "$bin/plexus" data prepare --input "${inputs[@]}" --output-prefix "$prefix" >"$logs/data.log" 2>&1 || return 1
-  fi
+  prepare_fortunes "$bin/plexus" "$prefix" >"$logs/data.log" 2>&1 || return 1
   echo "$prefix"
 }
 if wants train || wants peer; then

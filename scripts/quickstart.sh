@@ -15,10 +15,10 @@ echo "== plexus config check --default"
 data="${PLEXUS_BUILD_DIR:-$root/build}/data/fortunes"
 if [ ! -f "$data.idx" ]; then
   echo
-  echo "== plexus data prepare (Debian's fortunes, /usr/share/games/fortunes)"
-  # The fortune files themselves; their .dat/.u8 siblings are indexes and links.
-  mapfile -t inputs < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' | sort)
-  "$bin/plexus" data prepare --input "${inputs[@]}" --output-prefix "$data"
+  echo "== plexus data prepare (Debian's fortunes)"
+  # shellcheck source=lib/fortunes.sh
+  source "$root/scripts/lib/fortunes.sh"
+  prepare_fortunes "$bin/plexus" "$data"
 fi
 echo
 echo "== plexus-train (the embedded default: a tiny GPT)"
