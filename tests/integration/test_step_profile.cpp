@@ -15,21 +15,12 @@
 #include "run_process.hpp"
 #include "train_corpus.hpp"
 
+using plexus::test::records;
 using plexus::test::run_process;
 using plexus::test::step_losses;
 using plexus::test::TrainCorpus;
 
 namespace {
-
-std::vector<boost::json::object> records(const std::filesystem::path& metrics, const std::string& event) {
-  std::vector<boost::json::object> found;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    auto record = boost::json::parse(line).as_object();
-    if (record.at("event").as_string() == event) found.push_back(std::move(record));
-  }
-  return found;
-}
 
 double number(const boost::json::object& o, const char* key) {
   const auto* v = o.if_contains(key);

@@ -23,6 +23,7 @@
 
 using plexus::test::mpirun_command;
 using plexus::test::quote;
+using plexus::test::records;
 using plexus::test::run_process;
 using plexus::test::step_losses;
 using Corpus = plexus::test::TrainCorpus;
@@ -31,16 +32,6 @@ namespace {
 
 constexpr double kRelative = 1e-6;
 const std::string kSteps = " --set train.steps=10 --set distributed.timeout_s=60";
-
-std::vector<boost::json::object> records(const std::filesystem::path& metrics, const std::string& event) {
-  std::vector<boost::json::object> out;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    auto record = boost::json::parse(line).as_object();
-    if (record.at("event").as_string() == event) out.push_back(record);
-  }
-  return out;
-}
 
 // max |a - b| / max |a| over each tensor of the two checkpoints' models.
 double worst_weight_difference(const std::filesystem::path& a, const std::filesystem::path& b) {

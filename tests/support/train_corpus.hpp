@@ -17,14 +17,23 @@ namespace plexus::test {
 
 inline const std::string kBin = std::string(PLEXUS_BUILD_DIR) + "/bin/";
 
+// The records of one event ("start", "step", "eval", "profile", ...) of a metrics.jsonl file, in
+// order.
+inline std::vector<boost::json::object> records(const std::filesystem::path& metrics,
+                                                const std::string& event) {
+  std::vector<boost::json::object> found;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    auto record = boost::json::parse(line).as_object();
+    if (record.at("event").as_string() == event) found.push_back(std::move(record));
+  }
+  return found;
+}
+
 // The loss of every "step" record of a metrics.jsonl file, in order.
 inline std::vector<double> step_losses(const std::filesystem::path& metrics) {
   std::vector<double> losses;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    const auto record = boost::json::parse(line).as_object();
-    if (record.at("event") == "step") losses.push_back(record.at("loss").as_double());
-  }
+  for (const auto& record : records(metrics, "step")) losses.push_back(record.at("loss").as_double());
   return losses;
 }
 
