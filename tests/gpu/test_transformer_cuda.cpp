@@ -15,6 +15,10 @@
 // increments are compared, so overwriting instead of accumulating fails. The GPU's input
 // gradients start as NaN (they are written: an element left unwritten fails).
 //
+// bfloat16 activations (the mixed-precision mode: bf16 activations, fp32 parameters and
+// gradients) are compared against the CPU in float32 on the same inputs rounded to bf16, norm-wise
+// (see compare_layer_bf16 for the tolerances and why).
+//
 // Without a CUDA device (or in a build without CUDA) the module reports itself skipped (77).
 #define BOOST_TEST_MODULE transformer_cuda
 #include <boost/test/unit_test.hpp>
@@ -36,6 +40,9 @@
 #include "plexus/core/engine/tensor.hpp"
 #include "plexus/core/errors.hpp"
 #include "plexus/core/host_services.hpp"
+// Header-only (no CUDA syntax): the host-side bf16 rounding, bit for bit the device's (its include
+// directory is added in tests/CMakeLists.txt; the test does not link plexus_cuda_kernels).
+#include "plexus_cuda_kernels/types.hpp"
 #include "skip_module.hpp"
 
 PLEXUS_SKIP_MODULE_UNLESS(plexus::device::cuda_device_count() > 0,
@@ -44,7 +51,9 @@ PLEXUS_SKIP_MODULE_UNLESS(plexus::device::cuda_device_count() > 0,
 namespace {
 
 using Tensor = tt::Tensor;
+namespace ck = plexus::cuda_kernels;
 const DLDataType kF32 = plx_dtype_f32();
+const DLDataType kBf16 = plx_dtype_bf16();
 const DLDevice kGpu{kDLCUDA, 0};
 const DLDevice kCpu{kDLCPU, 0};
 
@@ -63,6 +72,23 @@ plexus::Tensor upload(const Tensor& t, DLDevice device = kGpu) {
   return host.to(device);
 }
 
+// A float32 host tensor rounded to bfloat16 (to nearest even, as the device rounds), on the GPU.
+plexus::Tensor upload_bf16(const Tensor& t) {
+  BOOST_TEST_REQUIRE(plx_dtype_equal(t.dtype, kF32));
+  plexus::Tensor host(t.shape, kBf16);
+  for (std::size_t i = 0; i < t.f32.size(); ++i) host.data<ck::bfloat16>()[i] = ck::to_bfloat16(t.f32[i]);
+  return host.to(kGpu);
+}
+
+// The same float32 tensor with every value rounded to bfloat16 (and held in float32 again): the
+// CPU reference's inputs for a bf16 run.
+Tensor rounded(const Tensor& t) {
+  if (!plx_dtype_equal(t.dtype, kF32)) return t;
+  Tensor out = t;
+  for (float& v : out.f32) v = ck::to_float(ck::to_bfloat16(v));
+  return out;
+}
+
 // plexus::Tensor is move-only, so no initializer lists of them.
 template <class... Ts>
 std::vector<plexus::Tensor> tensors(Ts&&... ts) {
@@ -71,18 +97,21 @@ std::vector<plexus::Tensor> tensors(Ts&&... ts) {
   return out;
 }
 
+// float32 or bfloat16 (widened exactly) values.
 std::vector<double> download(const plexus::Tensor& t) {
   const plexus::Tensor host = t.to(kCpu);
-  BOOST_TEST_REQUIRE(plx_dtype_equal(host.dtype(), kF32));
+  const bool bf16 = plx_dtype_equal(host.dtype(), kBf16);
+  BOOST_TEST_REQUIRE((bf16 || plx_dtype_equal(host.dtype(), kF32)));
   std::vector<double> out(static_cast<std::size_t>(host.numel()));
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(host.data<float>()[i]);
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<double>(bf16 ? ck::to_float(host.data<ck::bfloat16>()[i]) : host.data<float>()[i]);
   return out;
 }
 
-plexus::Tensor filled(const std::vector<int64_t>& shape, float value) {
+plexus::Tensor filled(const std::vector<int64_t>& shape, float value, DLDataType dtype = kF32) {
   Tensor t(shape, kF32);
   t.fill(static_cast<double>(value));
-  return upload(t);
+  return plx_dtype_equal(dtype, kBf16) ? upload_bf16(t) : upload(t);
 }
 
 plx_tensor_desc desc_of(const plexus::Tensor& t) {
@@ -108,6 +137,9 @@ struct DeviceRun {
   const plexus::LayerInstance& layer;
   std::vector<plexus::Tensor> inputs, params, outputs;
   plx_stream stream = nullptr;  // NULL: the default stream
+  // Output dtypes in place of output_desc's where not empty, as the engine allocates the
+  // embedding's output in its activation dtype (output_desc says float32).
+  std::vector<DLDataType> output_dtypes;
   std::unique_ptr<plexus::LayerInstance::State> state;
 
   DeviceRun(const plexus::LayerInstance& l, std::vector<plexus::Tensor> in, std::vector<plexus::Tensor> p)
@@ -117,8 +149,11 @@ struct DeviceRun {
     std::vector<plx_tensor_desc> descs;
     for (const plexus::Tensor& t : inputs) descs.push_back(desc_of(t));
     outputs.clear();
-    for (const plx_tensor_desc& d : layer.output_desc(descs))
-      outputs.emplace_back(std::vector<int64_t>(d.dims, d.dims + d.ndim), d.dtype, kGpu);
+    for (const plx_tensor_desc& d : layer.output_desc(descs)) {
+      const std::size_t i = outputs.size();
+      outputs.emplace_back(std::vector<int64_t>(d.dims, d.dims + d.ndim),
+                           i < output_dtypes.size() ? output_dtypes[i] : d.dtype, kGpu);
+    }
     state = layer.create_state(0);
     std::vector<DLTensor> in = views(inputs), out = views(outputs), par = views(params);
     plx_forward_args args{};
@@ -250,6 +285,131 @@ void compare_layer(const std::string& name, const tt::Model& model, const std::v
   }
 }
 
+// ---- the comparison of one layer in bfloat16 -------------------------------------------------
+
+// ||gpu - cpu||_2 <= tol * ||cpu||_2 over the tensor (exact equality when tol is 0); NaN fails.
+void expect_close_normwise(const std::vector<double>& gpu, const std::vector<double>& cpu, double tol,
+                           const std::string& what) {
+  BOOST_TEST_REQUIRE(gpu.size() == cpu.size(),
+                     what << ": " << gpu.size() << " against " << cpu.size() << " values");
+  double diff2 = 0, ref2 = 0, worst = 0;
+  std::size_t worst_at = 0;
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    const double diff = std::abs(gpu[i] - cpu[i]);
+    diff2 += diff * diff;
+    ref2 += cpu[i] * cpu[i];
+    if (!(diff <= worst)) {  // NaN counts as the worst
+      worst = std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff;
+      worst_at = i;
+    }
+  }
+  const double err = std::sqrt(diff2), ref = std::sqrt(ref2);
+  BOOST_TEST_MESSAGE(what << ": ||gpu - cpu|| = " << err << " (" << (ref > 0 ? err / ref : err)
+                          << " of ||cpu|| = " << ref << ")");
+  BOOST_TEST(err <= tol * ref, what << ": ||gpu - cpu|| " << err << " > " << tol << " x ||cpu|| " << ref
+                                    << " (largest difference at element " << worst_at << ": gpu "
+                                    << gpu[worst_at] << " cpu " << cpu[worst_at] << ")");
+}
+
+// Each value rounded to bfloat16: the reference of an exact comparison of a bf16 tensor.
+std::vector<double> rounded_values(std::vector<double> v) {
+  for (double& x : v) x = static_cast<double>(ck::to_float(ck::to_bfloat16(static_cast<float>(x))));
+  return v;
+}
+
+// Norm-wise relative bounds of a bf16 run against the CPU's float32 run on the same inputs rounded
+// to bf16 (so both start from identical values). Why these sizes: bfloat16 keeps an 8-bit
+// significand, so each stored value carries a relative rounding error of at most 2^-9 ~ 0.2% (RMS
+// ~ 0.11% for random values). The GPU side rounds, beyond the shared inputs, the bf16 copies of
+// the weights, every intermediate it stores (the norm's output and x-hat, qkv after RoPE, the
+// probabilities, o, a and act, dS, the products' outputs) and the outputs; products accumulate in
+// fp32, so the rounding errors of their terms average out instead of adding up. A chain of about
+// 5 (forward) to 10 (backward) such roundings gives a norm-wise error of a few 1e-3; 2e-2 leaves
+// a margin for the amplification in the softmax and norm backwards, while a wrong kernel, element
+// type or a lost accumulation is off by order 1. The head's loss and logits are fp32 from bf16 h
+// (the same values on both sides) and the bf16 copy of W: one rounding per factor, ~1e-3; 1e-2.
+// A tolerance of 0 asks for bitwise equality, against the CPU's values rounded to bf16 where the
+// GPU's tensor is bf16.
+struct Bf16Tolerance {
+  double activations = 2e-2;   // bf16 outputs and input gradients
+  double fp32_outputs = 1e-2;  // the head's loss and logits
+  double param_grads = 2e-2;   // fp32 accumulation of products of bf16 values
+};
+
+// As compare_layer, with the GPU's float inputs, outputs (the head's loss and logits excepted:
+// float32) and their gradients in bfloat16, and the parameters and their gradients in float32 on
+// both sides. The CPU runs in float32 on the inputs and upstream gradients rounded to bf16.
+void compare_layer_bf16(const std::string& name, const tt::Model& model, const std::vector<Tensor>& inputs,
+                        const std::vector<Tensor>& grad_outputs, Bf16Tolerance tol, uint64_t seed) {
+  BOOST_TEST_CONTEXT(name << " in bfloat16 (" << model.normalization << ", " << model.activation << ", heads "
+                          << model.num_attention_heads << ", groups " << model.num_query_groups << ")") {
+    std::mt19937_64 rng(seed);
+    tt::Layer cpu_layer(name, model);
+    tt::Layer gpu_layer(name, model, kDLCUDA);
+    const std::vector<Tensor> params = tt::random_params(*cpu_layer, kF32, rng);
+    const std::vector<Tensor> grads_before = tt::random_params(*cpu_layer, kF32, rng);
+    const bool head = name == "transformer.lm_head";
+    // Every output is a bf16 activation but the head's loss and logits; the embedding's dtype is
+    // the output tensor's (output_desc says float32), the others' follow the input in output_desc.
+    const DLDataType out_dtype = head ? kF32 : kBf16;
+
+    // The CPU reference, float32, on the values the GPU gets.
+    std::vector<Tensor> cpu_inputs, cpu_grad_outputs, cpu_grad_inputs, cpu_param_grads = grads_before;
+    for (const Tensor& in : inputs) cpu_inputs.push_back(rounded(in));
+    for (const Tensor& g : grad_outputs) cpu_grad_outputs.push_back(head ? g : rounded(g));
+    tt::Run cpu(*cpu_layer, cpu_inputs, params, kF32);
+    cpu.forward();
+    std::vector<bool> absent_inputs;
+    for (const Tensor& in : inputs) {
+      Tensor g(in.shape, kF32);
+      g.null_data = !in.is_float();
+      absent_inputs.push_back(g.null_data);
+      cpu_grad_inputs.push_back(std::move(g));
+    }
+    cpu.backward(cpu_grad_outputs, cpu_grad_inputs, cpu_param_grads);
+
+    // The GPU in bf16.
+    std::vector<plexus::Tensor> gpu_inputs;
+    for (const Tensor& in : inputs) gpu_inputs.push_back(in.is_float() ? upload_bf16(in) : upload(in));
+    DeviceRun gpu(*gpu_layer, std::move(gpu_inputs), upload_all(params));
+    if (name == "transformer.embedding") gpu.output_dtypes = {kBf16};
+    gpu.forward();
+    for (const plexus::Tensor& out : gpu.outputs)
+      BOOST_TEST(plx_dtype_equal(out.dtype(), out_dtype),
+                 "an output of dtype " << plexus::dtype_name(out.dtype()));
+    std::vector<plexus::Tensor> gpu_grad_outputs, gpu_grad_inputs, gpu_param_grads = upload_all(grads_before);
+    std::vector<bool> absent_outputs;
+    for (const Tensor& g : grad_outputs) {
+      absent_outputs.push_back(g.null_data);
+      // The head's seed (dL/dloss) is float32, like its loss; the values of an absent one are
+      // never read.
+      gpu_grad_outputs.push_back(head ? upload(g) : upload_bf16(g));
+    }
+    for (const Tensor& in : inputs) gpu_grad_inputs.push_back(filled(in.shape, std::nanf(""), kBf16));
+    gpu.backward(gpu_grad_outputs, absent_outputs, gpu_grad_inputs, absent_inputs, gpu_param_grads);
+
+    for (std::size_t i = 0; i < cpu.outputs.size(); ++i) {
+      const bool bf16 = plx_dtype_equal(gpu.outputs[i].dtype(), kBf16);
+      const double t = bf16 ? tol.activations : tol.fp32_outputs;
+      const std::vector<double> ref = cpu.outputs[i].values();
+      expect_close_normwise(download(gpu.outputs[i]), bf16 && t == 0 ? rounded_values(ref) : ref, t,
+                            "output " + std::to_string(i));
+    }
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      if (!absent_inputs[i]) {
+        const std::vector<double> ref = cpu_grad_inputs[i].values();
+        expect_close_normwise(download(gpu_grad_inputs[i]), tol.activations == 0 ? rounded_values(ref) : ref,
+                              tol.activations, "grad input " + std::to_string(i));
+      }
+    for (uint32_t i = 0; i < cpu_layer->info().num_params; ++i) {
+      const std::vector<double> before = grads_before[i].values();
+      expect_close_normwise(minus(download(gpu_param_grads[i]), before),
+                            minus(cpu_param_grads[i].values(), before), tol.param_grads,
+                            std::string("gradient of ") + cpu_layer->param(i).name);
+    }
+  }
+}
+
 // Small sizes, some awkward for the kernels' tiling: B = 2, S = 37 (below seq_length 64),
 // V = 101; C = 96 in 6 heads of 16, with 6 (MHA), 3 or 2 (GQA) or 1 kv groups; F = 160.
 tt::Model model(const std::string& norm = "RMSNorm", const std::string& activation = "gelu",
@@ -335,6 +495,60 @@ BOOST_AUTO_TEST_CASE(lm_head_tied_and_untied_with_ignored_targets) {
   // Every target ignored: the loss is the constant 0, dh is 0 and the weight gradient unchanged.
   const Tensor none = Tensor::ints({kBatch, kSeq}, std::vector<int32_t>(kBatch * kSeq, -1));
   compare_layer("transformer.lm_head", m, {hidden(rng), none}, head_seed(), {}, 53);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(bf16_against_cpu_f32)
+
+// Bitwise: the lookup is the CPU's value rounded once to bf16, and the gradient adds the same
+// (bf16-valued) upstream rows in token order in fp32 on both sides.
+BOOST_AUTO_TEST_CASE(embedding_is_the_rounded_lookup) {
+  std::mt19937_64 rng(61);
+  const tt::Model m = model();
+  compare_layer_bf16("transformer.embedding", m, {ids(rng, m.vocab_size, false)}, {hidden(rng)}, {0, 0, 0},
+                     611);
+}
+
+BOOST_AUTO_TEST_CASE(attention_mha_and_gqa) {
+  std::mt19937_64 rng(62);
+  compare_layer_bf16("transformer.attention", model("RMSNorm", "gelu", 6, 6), {hidden(rng)}, {hidden(rng)},
+                     {}, 621);
+  compare_layer_bf16("transformer.attention", model("RMSNorm", "gelu", 6, 2), {hidden(rng)}, {hidden(rng)},
+                     {}, 622);
+  compare_layer_bf16("transformer.attention", model("LayerNorm", "gelu", 6, 3), {hidden(rng)}, {hidden(rng)},
+                     {}, 623);
+  compare_layer_bf16("transformer.attention", model("LayerNorm", "gelu", 6, 1), {hidden(rng)}, {hidden(rng)},
+                     {}, 624);
+}
+
+BOOST_AUTO_TEST_CASE(mlp_gelu_and_swiglu) {
+  std::mt19937_64 rng(63);
+  compare_layer_bf16("transformer.mlp", model("RMSNorm", "gelu"), {hidden(rng)}, {hidden(rng)}, {}, 631);
+  compare_layer_bf16("transformer.mlp", model("LayerNorm", "gelu"), {hidden(rng)}, {hidden(rng)}, {}, 632);
+  compare_layer_bf16("transformer.mlp", model("RMSNorm", "swiglu"), {hidden(rng)}, {hidden(rng)}, {}, 633);
+  compare_layer_bf16("transformer.mlp", model("LayerNorm", "swiglu"), {hidden(rng)}, {hidden(rng)}, {}, 634);
+}
+
+BOOST_AUTO_TEST_CASE(final_norm_rms_and_layer) {
+  std::mt19937_64 rng(64);
+  compare_layer_bf16("transformer.norm", model("RMSNorm"), {hidden(rng)}, {hidden(rng)}, {}, 641);
+  compare_layer_bf16("transformer.norm", model("LayerNorm"), {hidden(rng)}, {hidden(rng)}, {}, 642);
+}
+
+// Loss and logits float32 (output_desc says so for a bf16 input), dh bf16, dW float32.
+BOOST_AUTO_TEST_CASE(lm_head_tied_and_untied_with_ignored_targets) {
+  std::mt19937_64 rng(65);
+  tt::Model m = model();
+  compare_layer_bf16("transformer.lm_head", m, {hidden(rng), ids(rng, m.vocab_size, true)}, head_seed(), {},
+                     651);
+  m.untie_embeddings_and_output_weights = true;
+  compare_layer_bf16("transformer.lm_head", m, {hidden(rng), ids(rng, m.vocab_size, true)}, head_seed(), {},
+                     652);
+  // Every target ignored: loss 0, dh 0 and the weight gradient unchanged (norm-wise against 0:
+  // exactly).
+  const Tensor none = Tensor::ints({kBatch, kSeq}, std::vector<int32_t>(kBatch * kSeq, -1));
+  compare_layer_bf16("transformer.lm_head", m, {hidden(rng), none}, head_seed(), {}, 653);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -445,14 +659,16 @@ BOOST_AUTO_TEST_CASE(float64_and_bad_ids_are_refused_on_the_gpu) {
   std::mt19937_64 rng(9);
   const tt::Model m = model();
 
-  // float64 activations: the CUDA path is float32.
+  // float64 activations: the CUDA path is float32 or bfloat16.
   tt::Layer norm("transformer.norm", m, kDLCUDA);
   std::string e = tt::error_of([&] {
     plexus::Tensor x({kBatch, kSeq, 96}, plx_dtype_f64(), kGpu);
     DeviceRun run(*norm, tensors(std::move(x)), tensors(plexus::Tensor({96}, plx_dtype_f64(), kGpu)));
     run.forward();
   });
-  BOOST_TEST((tt::mentions(e, "float32") && tt::mentions(e, "float64")), e);
+  BOOST_TEST((tt::mentions(e, "input 0") && tt::mentions(e, "float32 or bfloat16") &&
+              tt::mentions(e, "got float64")),
+             e);
 
   // A token id out of range, named with its position as on the CPU.
   tt::Layer emb("transformer.embedding", m, kDLCUDA);
@@ -476,6 +692,109 @@ BOOST_AUTO_TEST_CASE(float64_and_bad_ids_are_refused_on_the_gpu) {
   });
   BOOST_TEST((tt::mentions(e, "target -2") && tt::mentions(e, "[0, 5]") && tt::mentions(e, "vocab_size 101")),
              e);
+}
+
+namespace {
+
+// A bfloat16 training forward of the head, then its backward with grad input 0 and the weight
+// gradients in the dtypes given: the error that backward raises.
+std::string head_backward_error(std::mt19937_64& rng, const tt::Model& m, const Tensor& x,
+                                DLDataType grad_input, DLDataType grad_weight) {
+  tt::Layer head("transformer.lm_head", m, kDLCUDA);
+  DeviceRun run(*head, tensors(upload_bf16(x), upload(ids(rng, m.vocab_size, true))),
+                upload_all(tt::random_params(*head, kF32, rng)));
+  run.forward();
+  std::vector<plexus::Tensor> go = upload_all(head_seed()),
+                              gi = tensors(filled(x.shape, 0.0f, grad_input), filled({kBatch, kSeq}, 0.0f)),
+                              pg;
+  for (const plexus::Tensor& p : run.params) pg.push_back(filled(p.shape(), 0.0f, grad_weight));
+  return tt::error_of([&] { run.backward(go, {false, true}, gi, {false, true}, pg); });
+}
+
+}  // namespace
+
+// A backward in another activation dtype than its forward (whose state keeps its tensors in its
+// own dtype) is refused, naming both.
+BOOST_AUTO_TEST_CASE(a_backward_in_another_dtype_than_its_forward_is_refused) {
+  std::mt19937_64 rng(12);
+  const tt::Model m = model();
+  const Tensor x = hidden(rng), dy = hidden(rng);
+  for (const char* name : {"transformer.attention", "transformer.mlp", "transformer.norm"}) {
+    BOOST_TEST_CONTEXT(name) {
+      tt::Layer layer(name, m, kDLCUDA);
+      const std::vector<Tensor> params = tt::random_params(*layer, kF32, rng);
+      for (const bool forward_bf16 : {true, false}) {
+        const DLDataType fwd = forward_bf16 ? kBf16 : kF32, bwd = forward_bf16 ? kF32 : kBf16;
+        DeviceRun run(*layer, tensors(forward_bf16 ? upload_bf16(x) : upload(x)), upload_all(params));
+        run.forward();
+        std::vector<plexus::Tensor> go = tensors(plx_dtype_equal(bwd, kBf16) ? upload_bf16(dy) : upload(dy)),
+                                    gi = tensors(filled(x.shape, 0.0f, bwd)), pg;
+        for (const plexus::Tensor& p : run.params) pg.push_back(filled(p.shape(), 0.0f));
+        const std::string e = tt::error_of([&] { run.backward(go, {}, gi, {}, pg); });
+        BOOST_TEST(tt::mentions(e, "backward in " + plexus::dtype_name(bwd) + " after a forward in " +
+                                       plexus::dtype_name(fwd)),
+                   e);
+      }
+    }
+  }
+
+  // The head: its backward is seeded by the float32 loss; a grad input 0 in float32 after a
+  // bfloat16 forward is the mismatch.
+  const std::string e = head_backward_error(rng, m, x, kF32, kF32);
+  BOOST_TEST(tt::mentions(e, "backward in float32 after a forward in bfloat16"), e);
+}
+
+// Within one call: activations of two dtypes, or parameters in bfloat16 (they are float32 in
+// either mode), are refused naming the tensor and both dtypes. A CPU layer refuses bfloat16
+// activations naming the tensor, though its output_desc accepts them.
+BOOST_AUTO_TEST_CASE(mixed_dtypes_are_refused) {
+  std::mt19937_64 rng(13);
+  const tt::Model m = model();
+  tt::Layer att("transformer.attention", m, kDLCUDA);
+  const std::vector<Tensor> params = tt::random_params(*att, kF32, rng);
+  const Tensor x = hidden(rng);
+
+  // bfloat16 input, float32 output.
+  std::string e = tt::error_of([&] {
+    DeviceRun run(*att, tensors(upload_bf16(x)), upload_all(params));
+    run.output_dtypes = {kF32};
+    run.forward();
+  });
+  BOOST_TEST((tt::mentions(e, "output 0") && tt::mentions(e, "bfloat16") && tt::mentions(e, "float32")), e);
+
+  // bfloat16 parameters.
+  e = tt::error_of([&] {
+    std::vector<plexus::Tensor> p16;
+    for (const Tensor& p : params) p16.push_back(upload_bf16(p));
+    DeviceRun run(*att, tensors(upload_bf16(x)), std::move(p16));
+    run.forward();
+  });
+  BOOST_TEST((tt::mentions(e, "input_layernorm.weight") && tt::mentions(e, "expected dtype float32") &&
+              tt::mentions(e, "bfloat16")),
+             e);
+
+  // The head's bfloat16 input, float32 upstream gradient (the forward's), bfloat16 weight gradient.
+  e = head_backward_error(rng, m, x, kBf16, kBf16);
+  BOOST_TEST((tt::mentions(e, "gradient of parameter") && tt::mentions(e, "expected dtype float32") &&
+              tt::mentions(e, "bfloat16")),
+             e);
+
+  // A CPU layer: output_desc follows a bfloat16 input (the head: float32 loss and logits), and
+  // forward refuses it naming input 0.
+  tt::Layer cpu_att("transformer.attention", m), cpu_head("transformer.lm_head", m);
+  const std::vector<plx_tensor_desc> att_out =
+      cpu_att->output_desc(tt::descs({Tensor({kBatch, kSeq, 96}, kBf16)}));
+  BOOST_TEST(plx_dtype_equal(att_out.at(0).dtype, kBf16));
+  const std::vector<plx_tensor_desc> head_out = cpu_head->output_desc(
+      tt::descs({Tensor({kBatch, kSeq, 96}, kBf16), Tensor({kBatch, kSeq}, plx_dtype_i32())}));
+  BOOST_TEST_REQUIRE(head_out.size() == 2u);
+  BOOST_TEST((plx_dtype_equal(head_out[0].dtype, kF32) && plx_dtype_equal(head_out[1].dtype, kF32)));
+  e = tt::error_of([&] {
+    plexus::Tensor cpu_x({kBatch, kSeq, 96}, kBf16);
+    DeviceRun cpu_run(*cpu_att, tensors(std::move(cpu_x)), upload_all(params, kCpu));
+    cpu_run.forward();
+  });
+  BOOST_TEST((tt::mentions(e, "input 0 (hidden states)") && tt::mentions(e, "bfloat16")), e);
 }
 
 BOOST_AUTO_TEST_CASE(a_device_this_process_lacks_is_refused_at_create) {

@@ -385,6 +385,37 @@ BOOST_AUTO_TEST_CASE(inputs_outputs_and_flags) {
              boost::test_tools::per_element());
 }
 
+// bfloat16 hidden states are the CUDA path's mixed precision (run.precision = "bf16"). A
+// description carries no device, so output_desc answers for them on every build: the hidden
+// layers follow the input, the head gives float32 loss and logits (its softmax runs in fp32). The
+// CPU's forward refuses them, naming the tensor and the dtype.
+BOOST_AUTO_TEST_CASE(bf16_descriptions_and_the_cpu_refusal) {
+  const tt::Model m = small();
+  const DLDataType bf16 = plx_dtype_bf16();
+  for (const char* name : {"transformer.attention", "transformer.mlp", "transformer.norm"}) {
+    tt::Layer layer(name, m);
+    std::vector<Tensor> x = {Tensor({3, 4, 12}, bf16)};
+    const auto d = layer->output_desc(tt::descs(x));
+    BOOST_TEST(plx_dtype_equal(d.at(0).dtype, bf16), name);
+    std::mt19937_64 rng(3);
+    const std::vector<Tensor> params = tt::random_params(*layer, kF32, rng);
+    const std::string e = tt::error_of([&] {
+      tt::Run run(*layer, {Tensor({3, 4, 12}, bf16)}, params, bf16);
+      run.forward();
+    });
+    BOOST_TEST(
+        (tt::mentions(e, "input 0") && tt::mentions(e, "float32 or float64") && tt::mentions(e, "bfloat16")),
+        name << ": " << e);
+  }
+  tt::Layer head("transformer.lm_head", m);
+  std::vector<Tensor> in = {Tensor({2, 5, 12}, bf16), Tensor({2, 5}, plx_dtype_i32())};
+  const auto out = head->output_desc(tt::descs(in));
+  BOOST_TEST_REQUIRE(out.size() == 2u);
+  BOOST_TEST(plx_dtype_equal(out[0].dtype, kF32));
+  BOOST_TEST(plx_dtype_equal(out[1].dtype, kF32));
+  BOOST_TEST(out[1].dims[2] == 11);
+}
+
 BOOST_AUTO_TEST_CASE(flop_estimates) {
   tt::Model m = larger("RMSNorm", "swiglu", 4, 2);  // C 32, nh 4, ng 2, hd 8, F 48, V 37
   const double b = 2, s = 16, n = b * s;

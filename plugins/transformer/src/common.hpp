@@ -69,7 +69,8 @@ void expect_tensor(const DLTensor& t, DLDevice device, DLDataType dtype, std::in
                    const std::string& what);
 void expect_tensor(const DLTensor& t, DLDevice device, DLDataType dtype, const int64_t* dims, int64_t ndim,
                    const std::string& what);
-// A float32/float64 description of shape [batch, seq, hidden], or an Error naming `what`.
+// A float32, float64 or bfloat16 description of shape [batch, seq, hidden], or an Error naming
+// `what` (bfloat16: for the CUDA path; the CPU's forward refuses it).
 void expect_hidden_desc(const plx_tensor_desc& d, int64_t hidden, const std::string& what);
 // [B, S, C] hidden states on `device` with C == hidden: returns B and S.
 void expect_hidden(const DLTensor& t, DLDevice device, DLDataType dtype, int64_t hidden,

@@ -54,13 +54,18 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
                    plx_tensor_desc* outputs) const override {
     expect_descs("output_desc", num_inputs, num_outputs);
     expect_input_descs(inputs);
+    // The input's dtype, except that bfloat16 hidden states (the CUDA path's mixed precision) give
+    // float32 logits and loss: the softmax over the vocabulary runs in fp32 (see
+    // cuda/lm_head_cuda.cpp). The CPU's forward refuses bfloat16, naming the tensor.
+    const DLDataType dtype =
+        plx_dtype_equal(inputs[0].dtype, plx_dtype_bf16()) ? plx_dtype_f32() : inputs[0].dtype;
     plx_tensor_desc loss{};
     loss.ndim = 1;
-    loss.dtype = inputs[0].dtype;
+    loss.dtype = dtype;
     loss.dims[0] = 1;
     plx_tensor_desc logits{};
     logits.ndim = 3;
-    logits.dtype = inputs[0].dtype;
+    logits.dtype = dtype;
     logits.dims[0] = inputs[0].dims[0];
     logits.dims[1] = inputs[0].dims[1];
     logits.dims[2] = vocab_;
