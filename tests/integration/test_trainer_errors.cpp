@@ -93,6 +93,22 @@ BOOST_AUTO_TEST_CASE(resume_latest_without_a_checkpoint_is_an_error) {
   BOOST_TEST(contains(run.output, (out / "checkpoints").string()), run.output);
 }
 
+BOOST_AUTO_TEST_CASE(bf16_on_the_cpu_is_refused_naming_the_key) {
+  TrainCorpus corpus;
+  const auto out = corpus.dir.path() / "bf16";
+  const auto run = run_process(corpus.train(out.string(), "--set run.precision=\\\"bf16\\\""));
+  BOOST_TEST(run.status == 1, run.output);
+  BOOST_TEST(contains(run.output, "run.precision"), run.output);
+  BOOST_TEST(contains(run.output, "needs a CUDA device"), run.output);
+  BOOST_TEST(contains(run.output, "cpu"), run.output);
+  const auto typo = run_process(corpus.train(out.string(), "--set run.precision=\\\"fp16\\\""));
+  BOOST_TEST(typo.status == 1, typo.output);
+  BOOST_TEST(contains(typo.output, "run.precision"), typo.output);
+  BOOST_TEST(contains(typo.output, "fp16"), typo.output);
+  BOOST_TEST(!fs::exists(out / "checkpoints"));
+  BOOST_TEST(!fs::exists(out / "metrics.jsonl"));
+}
+
 BOOST_AUTO_TEST_CASE(a_device_that_is_not_here_is_named) {
   TrainCorpus corpus;
   const auto out = corpus.dir.path() / "gpu";

@@ -1,6 +1,8 @@
 // The engine's own arithmetic on tensors of any device: on the CPU the threaded loops of
 // vector_ops.hpp, on a CUDA device the kernels of plexus_cuda_kernels (on the default stream,
-// where the layers also run). Every function takes float32 tensors; results that the host needs
+// where the layers also run). Parameters, gradients and optimizer state are float32; activations
+// (add_into, first_non_finite, the mHC streams) are float32, or on a GPU also bfloat16
+// (run.precision "bf16"); the tensors of one call share one dtype. Results that the host needs
 // (an index, a norm) are copied back, which synchronizes.
 #pragma once
 
@@ -14,7 +16,8 @@ namespace plexus::device_ops {
 
 // into += from
 void add_into(Tensor& into, const Tensor& from);
-// The index of the first NaN or infinity, or -1 (float32 tensors; -1 for any other dtype).
+// The index of the first NaN or infinity, or -1 (float32, and bfloat16 on a GPU; -1 for any other
+// dtype, which has no non-finite values to find or is not an activation).
 int64_t first_non_finite(const Tensor& t);
 // The sum of the squares of every element of every tensor (all on one device), in tensor order:
 // the squared gradient norm. On a GPU one result is accumulated there and read back once.

@@ -22,6 +22,10 @@ Model::Model(const PluginHost& host, const boost::json::value& run_config)
       throw config::ConfigError("run.device", e.what());
     }
   }
+  if (plx_dtype_equal(settings_.activation_dtype, plx_dtype_bf16()) && device_.device_type != kDLCUDA)
+    throw config::ConfigError("run.precision",
+                              "\"bf16\" needs a CUDA device (run.device = \"cuda\" or \"cuda:N\"); on " +
+                                  device::name(device_) + " the model computes in float32 (\"fp32\")");
   params_.set_device(device_);
   if (settings_.mhc.enabled) {
     mhc_config_ = std::make_unique<ConfigHandle>(settings_.mhc.options, "mhc.options");

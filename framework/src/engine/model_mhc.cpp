@@ -55,12 +55,21 @@ plx_mhc_problem problem_of(const Model& m, const Sizes& z) {
   return p;
 }
 
+// The family's two dtypes (mhc.h): mapping tensors (p, r, H and their gradients) are float32;
+// activations (the streams x, F's input u and output f, and their gradients) have the model's
+// activation dtype (run.precision).
 Tensor f32(const Model& m, std::vector<int64_t> shape) {
   return Tensor(std::move(shape), plx_dtype_f32(), m.device());
+}
+Tensor activation(const Model& m, std::vector<int64_t> shape) {
+  return Tensor(std::move(shape), m.settings().activation_dtype, m.device());
 }
 // For what a primitive WRITES in full (mhc.h: every output but dx and the parameter gradients).
 Tensor written_f32(const Model& m, std::vector<int64_t> shape) {
   return Tensor::uninitialized(std::move(shape), plx_dtype_f32(), m.device());
+}
+Tensor written_activation(const Model& m, std::vector<int64_t> shape) {
+  return Tensor::uninitialized(std::move(shape), m.settings().activation_dtype, m.device());
 }
 
 }  // namespace
@@ -84,7 +93,7 @@ const Tensor& MhcStep::before_forward(Model& m, Model::Run& run, uint32_t u) {
   s.h_pre = written_f32(m, {z.tokens, n});
   s.h_post = written_f32(m, {z.tokens, n});
   s.h_res = written_f32(m, {z.tokens, n, n});
-  s.u = written_f32(m, {z.batch, z.seq, z.hidden});
+  s.u = written_activation(m, {z.batch, z.seq, z.hidden});
   DLTensor x = s.x.view(), phi = params[c.phi].value.view(), p = s.p.view(), r = s.r.view();
   DLTensor alpha_view = c.alpha.view(), b = params[c.bias].value.view();
   DLTensor h_pre = s.h_pre.view(), h_post = s.h_post.view(), h_res = s.h_res.view();
@@ -120,7 +129,7 @@ void MhcStep::after_forward(Model& m, Model::Run& run, uint32_t u, Tensor f) {
   const Sizes z = sizes_of(m, run);
   const plx_mhc_problem problem = problem_of(m, z);
   s.f = std::move(f);
-  Tensor y = written_f32(m, {z.tokens, z.streams, z.hidden});
+  Tensor y = written_activation(m, {z.tokens, z.streams, z.hidden});
   DLTensor x = s.x.view(), h_res = s.h_res.view(), h_post = s.h_post.view(), y_view = y.view();
   Reshaped f_view(s.f, {z.tokens, z.hidden});
   const plx_mhc_post_res_forward_args post{.struct_size = sizeof(plx_mhc_post_res_forward_args),
@@ -145,8 +154,8 @@ const Tensor& MhcStep::before_backward(Model& m, Model::Run& run, uint32_t u) {
   const Sizes z = sizes_of(m, run);
   const plx_mhc_problem problem = problem_of(m, z);
   const int64_t n = z.streams;
-  s.dx = f32(m, {z.tokens, n, z.hidden});  // zeros: three primitives accumulate into it
-  s.df = written_f32(m, {z.batch, z.seq, z.hidden});
+  s.dx = activation(m, {z.tokens, n, z.hidden});  // zeros: three primitives accumulate into it
+  s.df = written_activation(m, {z.batch, z.seq, z.hidden});
   s.dh_res = written_f32(m, {z.tokens, n, n});
   s.dh_post = written_f32(m, {z.tokens, n});
   DLTensor x = s.x.view(), h_res = s.h_res.view(), h_post = s.h_post.view(), dy = run.grad.view();
@@ -231,20 +240,20 @@ void MhcStep::after_backward(Model& m, Model::Run& run, uint32_t u, Tensor du) {
 
 void MhcStep::expand(Model& m, Model::Run& run, const Tensor& embedded) {
   const Sizes z = sizes_of(m, run);
-  run.stream = f32(m, {z.tokens, z.streams, z.hidden});
+  run.stream = written_activation(m, {z.tokens, z.streams, z.hidden});
   device_ops::expand_streams(embedded, z.tokens, z.streams, z.hidden, run.stream);
 }
 
 Tensor MhcStep::embedding_grad(Model& m, Model::Run& run) {
   const Sizes z = sizes_of(m, run);
-  Tensor de = f32(m, {z.batch, z.seq, z.hidden});
+  Tensor de = written_activation(m, {z.batch, z.seq, z.hidden});
   device_ops::sum_streams(run.grad, z.tokens, z.streams, z.hidden, de);
   return de;
 }
 
 const Tensor& MhcStep::contract(Model& m, Model::Run& run) {
   const Sizes z = sizes_of(m, run);
-  run.contracted = f32(m, {z.batch, z.seq, z.hidden});
+  run.contracted = written_activation(m, {z.batch, z.seq, z.hidden});
   device_ops::mean_streams(run.stream, z.tokens, z.streams, z.hidden, run.contracted);
   run.stream = Tensor();  // the mean's backward does not need the streams
   return run.contracted;
@@ -252,7 +261,7 @@ const Tensor& MhcStep::contract(Model& m, Model::Run& run) {
 
 void MhcStep::spread(Model& m, Model::Run& run, const Tensor& grad) {
   const Sizes z = sizes_of(m, run);
-  run.grad = f32(m, {z.tokens, z.streams, z.hidden});
+  run.grad = written_activation(m, {z.tokens, z.streams, z.hidden});
   device_ops::spread_streams(grad, z.tokens, z.streams, z.hidden, run.grad);
 }
 

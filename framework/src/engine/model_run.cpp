@@ -126,8 +126,12 @@ void Model::forward_stage(Run& run, uint32_t u, uint32_t stage) {
       in_descs.push_back(d);
     }
     outputs.clear();
-    for (const plx_tensor_desc& d : unit.layer->output_desc(in_descs))
+    for (plx_tensor_desc d : unit.layer->output_desc(in_descs)) {
+      // The embedding's input is integer, so its output has no dtype to follow: the model's
+      // activation dtype (run.precision) is chosen here, and every later unit follows its input.
+      if (unit.role == UnitRole::embedding && outputs.empty()) d.dtype = settings_.activation_dtype;
       outputs.push_back(tensor_like(d, device_));
+    }
   }
   std::vector<DLTensor> out_views;
   for (const Tensor& t : outputs) out_views.push_back(t.view());
@@ -304,6 +308,9 @@ std::vector<float> Model::next_token_logits(const Batch& batch, int64_t position
   auto run = start_run(batch, false, 0, 1.0);
   run_forward(*run);
   const Tensor& logits = run->outputs.back().at(1);  // head output 1: [B, S, V]
+  if (!plx_dtype_equal(logits.dtype(), plx_dtype_f32()))
+    throw std::runtime_error(units_.back()->label + ": sampling reads float32 logits (head output 1), got " +
+                             dtype_name(logits.dtype()));
   const int64_t vocab = logits.shape().back();
   std::vector<float> row(static_cast<std::size_t>(vocab));
   device::copy(row.data(), DLDevice{kDLCPU, 0}, logits.data<float>() + position * vocab, logits.device(),

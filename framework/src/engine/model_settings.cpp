@@ -19,6 +19,11 @@ ModelSettings ModelSettings::from_run_config(const boost::json::value& run_confi
   s.ffn_hidden_size = get("ffn_hidden_size") == 0 ? 4 * s.hidden_size : get("ffn_hidden_size");
   s.seq_length = get("seq_length");
   s.tied = !model.at("untie_embeddings_and_output_weights").as_bool();
+  if (const auto* run = run_config.as_object().if_contains("run"); run != nullptr) {
+    if (const auto* precision = run->as_object().if_contains("precision");
+        precision != nullptr && precision->as_string() == "bf16")
+      s.activation_dtype = plx_dtype_bf16();
+  }
   // Checked here so the message names the config keys, before any layer is created.
   if (s.hidden_size % s.num_attention_heads != 0)
     throw config::ConfigError("model.num_attention_heads", "must divide model.hidden_size (" +

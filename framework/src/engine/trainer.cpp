@@ -7,6 +7,7 @@
 #include "engine/progress.hpp"
 #include "engine/trainer_impl.hpp"
 #include "plexus/core/config.hpp"
+#include "plexus/core/device.hpp"
 #include "plexus/core/engine/random.hpp"
 #include "plexus/core/logging.hpp"
 
@@ -33,6 +34,11 @@ void require_data_parallel_only(const distributed::Runtime& runtime) {
                                     " ranks, but the trainer's layers are not " + kind +
                                     "-parallel: it runs data parallelism only (set tp, cp, ep and pp to 1)");
   }
+}
+
+// run.precision's value, for the log and the start record.
+const char* precision_name(const Model& model) {
+  return plx_dtype_equal(model.settings().activation_dtype, plx_dtype_bf16()) ? "bf16" : "fp32";
 }
 
 }  // namespace
@@ -184,8 +190,10 @@ TrainResult Trainer::run(const TrainerEvents& events) {
   const std::optional<double> flops_per_token = t.model->flops_per_token();
   if (t.writer)
     log_info("trainer", "model: " + std::to_string(params) + " parameters, " +
-                            std::to_string(t.model->settings().num_layers) + " layers; training steps " +
-                            std::to_string(t.start_step + 1) + ".." + std::to_string(t.steps));
+                            std::to_string(t.model->settings().num_layers) + " layers on " +
+                            device::name(t.model->device()) + ", " + precision_name(*t.model) +
+                            " activations; training steps " + std::to_string(t.start_step + 1) + ".." +
+                            std::to_string(t.steps));
   if (t.writer && t.reducer)
     log_info("trainer", "data parallel over " + std::to_string(t.dp_size) + " ranks: " +
                             std::to_string(t.reducer->num_buckets()) + " gradient buckets of up to " +
@@ -193,6 +201,8 @@ TrainResult Trainer::run(const TrainerEvents& events) {
   t.write_metrics({{"event", "start"},
                    {"run", t.run_config.at("run").at("name")},
                    {"parameters", params},
+                   {"device", device::name(t.model->device())},
+                   {"precision", precision_name(*t.model)},
                    {"first_step", t.start_step + 1},
                    {"steps", t.steps},
                    {"data_parallel_size", t.dp_size}},

@@ -49,6 +49,9 @@ struct ModelSettings {
   int64_t ffn_hidden_size = 0;
   int64_t seq_length = 0;
   bool tied = true;
+  // run.precision: the dtype of activations and their gradients between units (float32, or
+  // bfloat16 on CUDA devices); parameters, gradients and optimizer state are float32 either way.
+  DLDataType activation_dtype = plx_dtype_f32();
   boost::json::object layer_config;  // what layers read through plx_layer_create_args.model_config
   MhcSettings mhc;
 
