@@ -9,11 +9,13 @@ Runs alternate (Plexus, PyTorch, Plexus, ...) so drift of the machine hits both.
 the median seconds per step after warm-up steps, tokens/s, and the ratio Plexus / PyTorch.
 
   /usr/bin/python3 bench/train_vs_torch.py [--config configs/default.json] [--threads 2]
-      [--steps 30] [--warmup 5] [--repeats 3] [--device cpu|cuda] [--set key=value ...]
-      [--json result.json]
+      [--steps 30] [--warmup 5] [--repeats 3] [--device cpu|cuda] [--precision fp32|bf16]
+      [--set key=value ...] [--json result.json]
 
 With --device cuda both sides train on the GPU (Plexus with run.device=cuda, PyTorch with
-tensors on cuda:0, each step timed after a device synchronization).
+tensors on cuda:0, each step timed after a device synchronization). --precision bf16 (GPU only)
+trains Plexus with run.precision=bf16 and PyTorch under torch.autocast(dtype=torch.bfloat16),
+PyTorch's own mixed precision: float32 parameters and optimizer, bf16 products.
 
 Needs a built tree (scripts/build.sh) and the dataset the config names (scripts/quickstart.sh
 prepares the default one). Run it with the system python, which sees Debian's python3-torch.
@@ -48,7 +50,8 @@ def plexus_step_seconds(args, workdir):
     cmd = [str(args.build / "bin" / "plexus-train"), "--config", str(args.config)]
     for s in args.set + [f"train.steps={args.warmup + args.steps}", "train.log_interval=1",
                          "train.eval_interval=0", "train.eval_iters=1", "checkpoint.interval=0",
-                         "sample.tokens=0", f"run.output_dir={out_dir}", f"run.device={args.device}"]:
+                         "sample.tokens=0", f"run.output_dir={out_dir}", f"run.device={args.device}",
+                         f"run.precision={args.precision}"]:
         cmd += ["--set", s]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     run = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -109,7 +112,8 @@ def torch_step_seconds(args, config):
         begin = time.perf_counter()
         opt.zero_grad()
         for mb in range(microbatches):
-            loss = ref.forward(params, tokens[mb], targets[mb], m) / microbatches
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+                loss = ref.forward(params, tokens[mb], targets[mb], m) / microbatches
             loss.backward()
         if o["clip_grad"] > 0:
             torch.nn.utils.clip_grad_norm_(list(params.values()), o["clip_grad"])
@@ -126,12 +130,16 @@ def main():
     ap.add_argument("--build", type=pathlib.Path, default=ROOT / "build")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="activations' precision (bf16 on a GPU only), both sides")
     ap.add_argument("--steps", type=int, default=30, help="timed steps per run")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps at the start of each run")
     ap.add_argument("--repeats", type=int, default=3, help="alternating runs per side")
     ap.add_argument("--set", action="append", default=[], help="config override, as plexus-train --set")
     ap.add_argument("--json", type=pathlib.Path, help="also write the result here")
     args = ap.parse_args()
+    if args.precision == "bf16" and not args.device.startswith("cuda"):
+        ap.error("--precision bf16 needs --device cuda (Plexus computes in float32 on the CPU)")
 
     config = resolved_config(args)
     m = config["model"]
@@ -149,6 +157,7 @@ def main():
                   f"torch {statistics.median(runs['torch'][-1]) * 1e3:.1f} ms/step", flush=True)
 
     result = {"config": str(args.config), "overrides": args.set, "threads": args.threads, "device": args.device,
+              "precision": args.precision,
               "tokens_per_step": tokens_per_step, "steps_timed": args.steps, "repeats": args.repeats,
               "model": {k: m[k] for k in ("hidden_size", "num_layers", "num_attention_heads", "num_query_groups",
                                           "ffn_hidden_size", "seq_length", "vocab_size", "activation")},

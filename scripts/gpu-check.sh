@@ -13,9 +13,11 @@
 #   bench   plexus bench of mhc_fused on cuda:0: float32 checked against mhc_native; bfloat16 at
 #           the GPU target size (s=8192 b=4 -> T=32768, n=4, C=7168) next to bench/torch_mhc.py
 #           (PyTorch eager and torch.compile of the same math, same sizes)
-#   train   a short training run on the GPU, then the end-to-end cost of mHC (n=4, mhc_fused)
-#           over the plain residual on a GPU-sized model (scripts/mhc_compare.py)
-#   peer    bench/train_vs_torch.py --device cuda: tokens/s against PyTorch eager
+#   train   a short training run on the GPU in float32 and in bf16 (run.precision), then the
+#           end-to-end cost of mHC (n=4, mhc_fused) over the plain residual on a GPU-sized model
+#           in both precisions (scripts/mhc_compare.py)
+#   peer    bench/train_vs_torch.py --device cuda: tokens/s against PyTorch eager, float32 and
+#           bf16 (torch.autocast)
 # Stages after build use the build directory an earlier build stage left.
 #
 # Environment (all optional):
@@ -234,55 +236,75 @@ if wants train || wants peer; then
   fi
 fi
 
-if wants train; then
-  section "GPU training run ($steps steps, $(basename "$config"))"
-  run_dir="$build/runs/gpu-check-$(date +%Y%m%d-%H%M%S)"
-  # Profiled: the end of the log is a table of every unit's GPU time (docs/config.md).
-  train_args=(--config "$config" --set run.device=cuda --set "train.steps=$steps" --set "data.path=$data_path"
-    --set "run.output_dir=$run_dir" --set train.profile=true)
+# One profiled training run on the GPU in a precision (run.precision): its log ends with a table
+# of every unit's GPU time (docs/config.md).
+train_run() {
+  local precision="$1"
+  section "GPU training run ($steps steps, $(basename "$config"), $precision)"
+  local run_dir
+  run_dir="$build/runs/gpu-check-$precision-$(date +%Y%m%d-%H%M%S)"
+  local train_args=(--config "$config" --set run.device=cuda --set "run.precision=$precision"
+    --set "train.steps=$steps" --set "data.path=$data_path" --set "run.output_dir=$run_dir"
+    --set train.profile=true)
   echo "$bin/plexus-train ${train_args[*]}"
-  train_rc=0
-  (cd "$root" && "$bin/plexus-train" "${train_args[@]}") 2>&1 | tee "$logs/train.log" || train_rc=$?
-  metrics="$run_dir/metrics.jsonl"
+  local train_rc=0
+  (cd "$root" && "$bin/plexus-train" "${train_args[@]}") 2>&1 | tee "$logs/train_$precision.log" || train_rc=$?
+  local metrics="$run_dir/metrics.jsonl"
   if [ "$train_rc" -ne 0 ]; then
-    fail "GPU training: plexus-train failed (exit $train_rc), see $logs/train.log"
+    fail "GPU training ($precision): plexus-train failed (exit $train_rc), see $logs/train_$precision.log"
   elif [ ! -s "$metrics" ]; then
-    fail "GPU training: no metrics written ($metrics)"
+    fail "GPU training ($precision): no metrics written ($metrics)"
   elif grep -qiE '"loss"[[:space:]]*:[[:space:]]*"?(nan|inf|-inf)' "$metrics"; then
-    fail "GPU training: a non-finite loss in $metrics"
+    fail "GPU training ($precision): a non-finite loss in $metrics"
   else
-    cp "$metrics" "$logs/train_metrics.jsonl"
+    cp "$metrics" "$logs/train_metrics_$precision.jsonl"
     echo "first and last metrics:"
     head -n 1 "$metrics" | sed 's/^/  /'
     tail -n 1 "$metrics" | sed 's/^/  /'
-    pass "GPU training: $steps steps, metrics in $logs/train_metrics.jsonl"
+    pass "GPU training ($precision): $steps steps, metrics in $logs/train_metrics_$precision.jsonl"
   fi
+}
 
-  # The end-to-end cost of mHC on a model sized for a GPU (C=1024, 8 layers, 1024-token windows,
-  # 8 sequences per step): the same runs with and without mHC, median step times.
-  section "end-to-end mHC cost on the GPU (mhc_fused, n=4)"
-  if [ -z "$python" ]; then python_any=/usr/bin/python3; else python_any="$python"; fi
-  gpu_model=(--set run.device=cuda --set model.hidden_size=1024 --set model.num_layers=8
-    --set model.num_attention_heads=8 --set model.seq_length=1024 --set train.micro_batch_size=8)
+# The end-to-end cost of mHC on a model sized for a GPU (C=1024, 8 layers, 1024-token windows,
+# 8 sequences per step): the same runs with and without mHC, median step times.
+mhc_cost() {
+  local precision="$1"
+  section "end-to-end mHC cost on the GPU (mhc_fused, n=4, $precision)"
+  local python_any="$python"
+  [ -n "$python_any" ] || python_any=/usr/bin/python3
+  local gpu_model=(--set run.device=cuda --set "run.precision=$precision" --set model.hidden_size=1024
+    --set model.num_layers=8 --set model.num_attention_heads=8 --set model.seq_length=1024
+    --set train.micro_batch_size=8)
+  local log="$logs/mhc_cost_gpu_$precision.log"
   if "$python_any" "$root/scripts/mhc_compare.py" --data "$data_path" --config "$root/configs/gpt_mhc.json" \
     --build "$build" --steps "$cost_steps" --eval-interval "$cost_steps" "${gpu_model[@]}" \
-    --out "$logs/mhc_cost_gpu" 2>&1 | tee "$logs/mhc_cost_gpu.log"; then
-    pass "end-to-end mHC cost: $(grep -o 'mHC costs [^ ]*' "$logs/mhc_cost_gpu.log" | tail -n 1) time per step (target < 5%)"
+    --out "$logs/mhc_cost_gpu_$precision" 2>&1 | tee "$log"; then
+    pass "end-to-end mHC cost ($precision): $(grep -o 'mHC costs [^ ]*' "$log" | tail -n 1) time per step (target < 5%)"
   else
-    fail "end-to-end mHC cost: scripts/mhc_compare.py failed, see $logs/mhc_cost_gpu.log"
+    fail "end-to-end mHC cost ($precision): scripts/mhc_compare.py failed, see $log"
   fi
+}
+
+if wants train; then
+  # float32 first: it is what the GPU tests compare against the CPU; bf16 is how a GPU trains.
+  for precision in fp32 bf16; do train_run "$precision"; done
+  for precision in fp32 bf16; do mhc_cost "$precision"; done
 fi
 
 # ---- peer: throughput against PyTorch on the GPU ------------------------------------------------
 if wants peer; then
   section "GPU throughput against PyTorch eager"
   if [ "$have_torch_cuda" -eq 1 ]; then
-    if "$python" "$root/bench/train_vs_torch.py" --build "$build" --device cuda --repeats 3 \
-      --set "data.path=$data_path" --json "$logs/train_vs_torch_cuda.json" 2>&1 | tee "$logs/bench.log"; then
-      pass "GPU training throughput: $(grep '^ratio' "$logs/bench.log" | sed 's/^ratio //')"
-    else
-      fail "GPU training throughput: bench/train_vs_torch.py --device cuda failed, see $logs/bench.log"
-    fi
+    for precision in fp32 bf16; do
+      log="$logs/bench_$precision.log"
+      if "$python" "$root/bench/train_vs_torch.py" --build "$build" --device cuda --precision "$precision" \
+        --repeats 3 --set "data.path=$data_path" --json "$logs/train_vs_torch_cuda_$precision.json" 2>&1 |
+        tee "$log"; then
+        pass "GPU training throughput ($precision): $(grep '^ratio' "$log" | sed 's/^ratio //')"
+      else
+        fail "GPU training throughput ($precision): bench/train_vs_torch.py --device cuda failed, see $log"
+      fi
+    done
   else
     note "no CUDA PyTorch (PLEXUS_PYTHON selects one): training throughput comparison not run"
   fi
