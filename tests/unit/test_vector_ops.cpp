@@ -1,6 +1,6 @@
 // The engine's host arithmetic (framework/src/engine/vector_ops): the finiteness scan that names
 // the first layer producing a NaN or infinity, at every position that its chunked, threaded
-// scan treats differently.
+// scan treats differently; and the dtype checks of its device dispatch (engine/device_ops).
 #define BOOST_TEST_MODULE vector_ops
 #include <boost/test/unit_test.hpp>
 
@@ -8,9 +8,14 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "engine/device_ops.hpp"
 #include "engine/vector_ops.hpp"
+#include "plexus/core/engine/tensor.hpp"
+#include "plexus/tensor.h"
 
 namespace vo = plexus::vector_ops;
 
@@ -57,4 +62,34 @@ BOOST_AUTO_TEST_CASE(the_first_non_finite_value_is_found_wherever_it_is) {
         }
       }
   }
+}
+
+// The dispatch over them (engine/device_ops): on the CPU the engine computes in float32, so a
+// tensor of another dtype there is a bug in the caller, refused naming the operation and the
+// dtype rather than read as floats; tensors of two dtypes in one call likewise. The finiteness
+// scan answers -1 for dtypes with nothing to find (integers) instead of refusing.
+BOOST_AUTO_TEST_CASE(device_ops_refuse_what_the_cpu_does_not_compute) {
+  using plexus::Tensor;
+  namespace ops = plexus::device_ops;
+  const auto message = [](const auto& call) {
+    try {
+      call();
+    } catch (const std::logic_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  Tensor a({2, 3}, plx_dtype_bf16()), b({2, 3}, plx_dtype_bf16()), f({2, 3}, plx_dtype_f32());
+  std::string e = message([&] { ops::add_into(a, b); });
+  BOOST_TEST((e.find("add_into") != std::string::npos && e.find("bfloat16") != std::string::npos), e);
+  e = message([&] { ops::add_into(f, a); });
+  BOOST_TEST((e.find("float32") != std::string::npos && e.find("bfloat16") != std::string::npos), e);
+  Tensor streams({2, 2, 3}, plx_dtype_bf16());
+  e = message([&] { ops::expand_streams(a, 2, 2, 3, streams); });
+  BOOST_TEST(e.find("expand_streams") != std::string::npos, e);
+  e = message([&] { ops::mean_streams(streams, 2, 2, 3, f); });
+  BOOST_TEST(e.find("mean_streams") != std::string::npos, e);
+  BOOST_TEST(ops::first_non_finite(Tensor({4}, plx_dtype_i32())) == -1);
+  f.data<float>()[4] = std::numeric_limits<float>::infinity();
+  BOOST_TEST(ops::first_non_finite(f) == 4);
 }
