@@ -17,8 +17,8 @@
 // one ulp of h is 6e-5 of exp(h - max). Division and sqrt are IEEE (no fast math), expf is CUDA's
 // (within 2 ulp of the correctly rounded value).
 #include "common.cuh"
+#include "plexus_cuda_kernels/scratch_layout.hpp"
 #include "primitives.hpp"
-#include "scratch.hpp"
 
 namespace plexus::mhc_fused::gpu {
 namespace {
@@ -421,7 +421,8 @@ void mappings_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappin
   const int64_t n = pb.streams;
   const int64_t per_token = in_registers(n) ? 0 : generic_floats(n);
   const int64_t chunk = tokens_per_launch(pb.tokens, per_token);
-  float* work = carve(handle, [&](Scratch& s) { return s.take<float>(per_token * chunk); });
+  float* work = cuda_kernels::carve_scratch(
+      handle, [&](cuda_kernels::ScratchLayout& s) { return s.take<float>(per_token * chunk); });
   ForwardArgs args{};
   args.lg = logits_of(pb, mhc_in<float>(a.p), mhc_in<float>(a.r), mhc_in<float>(a.alpha), mhc_in<float>(a.b));
   args.h_pre = mhc_out<float>(a.h_pre);
@@ -455,7 +456,7 @@ void mappings_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappi
     double* alpha_terms;
     double* partials;
   };
-  const Temps t = carve(handle, [&](Scratch& s) {
+  const Temps t = cuda_kernels::carve_scratch(handle, [&](cuda_kernels::ScratchLayout& s) {
     return Temps{s.take<float>(per_token * chunk), s.take<float>(db != nullptr ? pb.tokens * w : 0),
                  s.take<double>(dalpha != nullptr ? pb.tokens * 3 : 0),
                  s.take<double>(column_partials(pb.tokens, w))};  // w >= 3 covers dalpha too

@@ -21,8 +21,8 @@
 // Rounding: the n-term sums in float, stream 0 first, and dx += (the sum) as the CPU backend
 // does; dot products in float per lane, in double across lanes; fused multiply-adds allowed.
 #include "common.cuh"
+#include "plexus_cuda_kernels/scratch_layout.hpp"
 #include "primitives.hpp"
-#include "scratch.hpp"
 
 namespace plexus::mhc_fused::gpu {
 namespace {
@@ -419,7 +419,7 @@ void post_res_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_
     float* block_sums;
     double* partials;
   };
-  const Temps t = carve(handle, [&](Scratch& s) {
+  const Temps t = cuda_kernels::carve_scratch(handle, [&](cuda_kernels::ScratchLayout& s) {
     return Temps{s.take<float>(dbias != nullptr ? blocks * pb.hidden : 0),
                  s.take<double>(dbias != nullptr ? column_partials(blocks, pb.hidden) : 0)};
   });

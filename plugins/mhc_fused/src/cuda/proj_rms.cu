@@ -22,8 +22,8 @@
 // + eps, reciprocal in float); the products accumulate in float (fused multiply-adds allowed),
 // each lane's sum of squares per chunk in float, added in double.
 #include "common.cuh"
+#include "plexus_cuda_kernels/scratch_layout.hpp"
 #include "primitives.hpp"
-#include "scratch.hpp"
 
 namespace plexus::mhc_fused::gpu {
 namespace {
@@ -429,7 +429,7 @@ void proj_rms_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_proj_
     float* coef;
     float* partial;
   };
-  const Temps t = carve(handle, [&](Scratch& s) {
+  const Temps t = cuda_kernels::carve_scratch(handle, [&](cuda_kernels::ScratchLayout& s) {
     return Temps{s.take<float>(dx != nullptr ? pb.tokens : 0),
                  s.take<float>(dphi != nullptr ? splits * row * pb.width : 0)};
   });

@@ -8,9 +8,9 @@
 #include <algorithm>
 
 #include "passes.cuh"
+#include "plexus_cuda_kernels/scratch_layout.hpp"
 #include "primitives.hpp"
 #include "sinkhorn.hpp"
-#include "workspace.hpp"
 
 namespace plexus::mhc_native::gpu {
 namespace {
@@ -142,7 +142,7 @@ void mappings_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappin
     float* post_sigmoid;  // [T, n]
     DeviceSinkhorn sinkhorn;
   };
-  Temps t = carve(handle, [&](Workspace& ws) {
+  Temps t = cuda_kernels::carve_scratch(handle, [&](cuda_kernels::ScratchLayout& ws) {
     float* h = ws.take<float>(pb.tokens * w);
     float* post_sigmoid = ws.take<float>(pb.tokens * n);
     return Temps{h, post_sigmoid, DeviceSinkhorn(n, pb.iterations, static_cast<float>(pb.eps), block, ws)};
@@ -184,7 +184,7 @@ void mappings_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappi
     double* partials;    // column sums over tokens
     DeviceSinkhorn sinkhorn;
   };
-  Temps t = carve(handle, [&](Workspace& ws) {
+  Temps t = cuda_kernels::carve_scratch(handle, [&](cuda_kernels::ScratchLayout& ws) {
     float* h = ws.take<float>(pb.tokens * w);
     float* dh = ws.take<float>(pb.tokens * w);
     float* h_res = ws.take<float>(block * n * n);

@@ -4,8 +4,8 @@
 // with H(i, j) = H_res[i][j], or H_res[j][i] under PLX_MHC_TRANSPOSED_H_RES. Eager passes: the
 // stream mix, f + bias, then the H_post-weighted add; backward one pass per gradient.
 #include "passes.cuh"
+#include "plexus_cuda_kernels/scratch_layout.hpp"
 #include "primitives.hpp"
-#include "workspace.hpp"
 
 namespace plexus::mhc_native::gpu {
 namespace {
@@ -118,7 +118,9 @@ void post_res_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_r
   const float* bias = mhc_in_if<float>(a.bias);
   float* y = mhc_out<float>(a.y);
   const Mix mix{mhc_in<float>(a.h_res), n, pb.transposed_h_res};
-  float* storage = carve(handle, [&](Workspace& w) { return w.take<float>(bias != nullptr ? pb.tokens * c : 0); });
+  float* storage = cuda_kernels::carve_scratch(handle, [&](cuda_kernels::ScratchLayout& w) {
+    return w.take<float>(bias != nullptr ? pb.tokens * c : 0);
+  });
   cudaStream_t stream = handle.stream();
 
   for_each(stream, pb.tokens * n * c, MixStreams{mix, mhc_in<float>(a.x), n, c, y},
@@ -147,7 +149,7 @@ void post_res_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_
     float* df;        // [T, C] df, when only dbias wants it
     double* partials; // dbias's sums over tokens
   };
-  const Temps t = carve(handle, [&](Workspace& w) {
+  const Temps t = cuda_kernels::carve_scratch(handle, [&](cuda_kernels::ScratchLayout& w) {
     Temps temps{};
     temps.fb = w.take<float>(dh_post != nullptr && bias != nullptr ? pb.tokens * c : 0);
     temps.df = w.take<float>(df == nullptr && dbias != nullptr ? pb.tokens * c : 0);

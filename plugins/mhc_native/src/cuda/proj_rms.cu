@@ -5,8 +5,8 @@
 // cuBLAS product (fp32, no TF32). Backward recomputes the norm's intermediates from x.
 #include "passes.cuh"
 #include "plexus_cuda_kernels/gemm.hpp"
+#include "plexus_cuda_kernels/scratch_layout.hpp"
 #include "primitives.hpp"
-#include "workspace.hpp"
 
 namespace plexus::mhc_native::gpu {
 namespace {
@@ -57,7 +57,7 @@ struct RmsSteps {
   float* r;            // [T] 1 / (rms + eps)
 };
 
-RmsSteps take_rms_steps(Workspace& w, int64_t tokens, int64_t row, float* r_output) {
+RmsSteps take_rms_steps(cuda_kernels::ScratchLayout& w, int64_t tokens, int64_t row, float* r_output) {
   RmsSteps s{};
   s.squares = w.take<float>(tokens * row);
   s.mean = w.take<float>(tokens);
@@ -107,8 +107,9 @@ void proj_rms_forward(Handle& handle, const MhcProblem& p, const plx_mhc_proj_rm
   if (p.tokens == 0) return;
   const int64_t row = p.streams * p.hidden;  // n*C values per token
   const float* x = mhc_in<float>(a.x);
-  const RmsSteps steps =
-      carve(handle, [&](Workspace& w) { return take_rms_steps(w, p.tokens, row, mhc_out<float>(a.r)); });
+  const RmsSteps steps = cuda_kernels::carve_scratch(handle, [&](cuda_kernels::ScratchLayout& w) {
+    return take_rms_steps(w, p.tokens, row, mhc_out<float>(a.r));
+  });
   run_rms_steps(handle.stream(), x, p.tokens, row, p.eps, steps);
 
   // p[T, W] = x[T, n*C] . phi[n*C, W]
@@ -140,7 +141,7 @@ void proj_rms_backward(Handle& handle, const MhcProblem& p, const plx_mhc_proj_r
     float* d_rms;
     float* d_mean;
   };
-  const Temps t = carve(handle, [&](Workspace& w) {
+  const Temps t = cuda_kernels::carve_scratch(handle, [&](cuda_kernels::ScratchLayout& w) {
     Temps temps{};
     temps.steps = take_rms_steps(w, p.tokens, row, nullptr);
     temps.d_rms = w.take<float>(p.tokens);

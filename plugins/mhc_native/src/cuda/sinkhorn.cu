@@ -157,7 +157,8 @@ constexpr const char* kBackward = "mhc_native sinkhorn'";
 
 }  // namespace
 
-DeviceSinkhorn::DeviceSinkhorn(int64_t n, int32_t iterations, float eps, int64_t max_batch, Workspace& w)
+DeviceSinkhorn::DeviceSinkhorn(int64_t n, int32_t iterations, float eps, int64_t max_batch,
+                               cuda_kernels::ScratchLayout& w)
     : n_(n), iterations_(iterations), eps_(eps), max_batch_(max_batch) {
   const int64_t vec = max_batch * n, mat = vec * n, k = iterations;
   row_max_ = w.take<float>(vec);

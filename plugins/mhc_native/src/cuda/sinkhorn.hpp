@@ -9,7 +9,7 @@
 // eps and the sum receives no gradient. The n-element sums run in double in the CPU's order, one
 // thread per row or column, so the iterates equal the CPU's up to expf's last bits.
 //
-// The iterates live in the call's Workspace: take() reserves them for batches of up to
+// The iterates live in the call's ScratchLayout: take() reserves them for batches of up to
 // `max_batch` matrices (2K n x n matrices and 4K n-vectors per matrix, plus a few temporaries).
 #pragma once
 
@@ -17,13 +17,14 @@
 
 #include <cstdint>
 
-#include "workspace.hpp"
+#include "plexus_cuda_kernels/scratch_layout.hpp"
 
 namespace plexus::mhc_native::gpu {
 
 class DeviceSinkhorn {
  public:
-  DeviceSinkhorn(int64_t n, int32_t iterations, float eps, int64_t max_batch, Workspace& workspace);
+  DeviceSinkhorn(int64_t n, int32_t iterations, float eps, int64_t max_batch,
+                 cuda_kernels::ScratchLayout& workspace);
 
   // logits: batch <= max_batch matrices, matrix b at logits + b * stride (rows contiguous, n
   // apart); out: [batch, n, n] contiguous. Keeps the iterates for backward().

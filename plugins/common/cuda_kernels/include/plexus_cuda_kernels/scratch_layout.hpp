@@ -1,11 +1,11 @@
-// The temporaries of one CUDA call, carved from the Handle's device scratch.
+// The temporaries of one call, carved from a Handle's device scratch (for plugins' CUDA code).
 //
 // Scratch is ordered on the Handle's stream: the previous call's kernels that used it were queued
 // earlier on the same stream (Handle::set_stream orders a new stream after the old one), so
 // reusing it needs no synchronization, and nothing is allocated per call once it has grown. A call
-// describes its temporaries once, in a layout function taking pieces from a Scratch; carve() runs
-// that function twice: on a Scratch that only counts bytes, then on one over device memory of that
-// size, so the two passes cannot disagree. Plain C++, for the .cu files' host code.
+// describes its temporaries once, in a layout function taking pieces from a ScratchLayout;
+// carve_scratch() runs that function twice: on a layout that only counts bytes, then on one over
+// device memory of that size, so the two passes cannot disagree. Plain C++ (no CUDA syntax).
 #pragma once
 
 #include <cstddef>
@@ -13,14 +13,14 @@
 
 #include "plexus_cuda_kernels/handle.hpp"
 
-namespace plexus::mhc_fused::gpu {
+namespace plexus::cuda_kernels {
 
-class Scratch {
+class ScratchLayout {
  public:
-  Scratch() = default;  // counts bytes only: take() returns nullptr
-  explicit Scratch(void* base) : base_(static_cast<std::byte*>(base)) {}
+  ScratchLayout() = default;  // counts bytes only: take() returns nullptr
+  explicit ScratchLayout(void* base) : base_(static_cast<std::byte*>(base)) {}
 
-  // `count` elements of T, 256-byte aligned (what cudaMalloc gives); nullptr for count == 0.
+  // `count` elements of T, 256-byte aligned (what cudaMalloc gives); nullptr for count <= 0.
   template <class T>
   T* take(int64_t count) {
     if (count <= 0) return nullptr;
@@ -37,13 +37,13 @@ class Scratch {
   std::size_t used_ = 0;
 };
 
-// Returns layout(scratch) for a Scratch over the handle's device scratch (see the file comment).
+// Returns layout(scratch) for a ScratchLayout over the handle's device scratch (see above).
 template <class Layout>
-auto carve(cuda_kernels::Handle& handle, Layout&& layout) {
-  Scratch count;
+auto carve_scratch(Handle& handle, Layout&& layout) {
+  ScratchLayout count;
   layout(count);
-  Scratch real(count.bytes() == 0 ? nullptr : handle.scratch(count.bytes()));
+  ScratchLayout real(count.bytes() == 0 ? nullptr : handle.scratch(count.bytes()));
   return layout(real);
 }
 
-}  // namespace plexus::mhc_fused::gpu
+}  // namespace plexus::cuda_kernels
