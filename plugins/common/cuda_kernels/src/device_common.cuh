@@ -12,50 +12,10 @@
 #include <string>
 
 #include "check.hpp"
+#include "plexus_cuda_kernels/device_types.cuh"
 #include "plexus_cuda_kernels/types.hpp"
 
 namespace plexus::cuda_kernels::detail {
-
-static_assert(sizeof(__nv_bfloat16) == sizeof(bfloat16), "bfloat16 must have the layout of __nv_bfloat16");
-
-// The device type behind an interface type: the interface's bfloat16 is __nv_bfloat16's storage.
-template <class T>
-struct DeviceType {
-  using type = T;
-};
-template <>
-struct DeviceType<bfloat16> {
-  using type = __nv_bfloat16;
-};
-template <class T>
-using device_t = typename DeviceType<T>::type;
-
-template <class T>
-device_t<T>* dev(T* p) {
-  return reinterpret_cast<device_t<T>*>(p);
-}
-template <class T>
-const device_t<T>* dev(const T* p) {
-  return reinterpret_cast<const device_t<T>*>(p);
-}
-
-// All arithmetic is fp32: loads widen (exactly), stores round to nearest even.
-__device__ __forceinline__ float to_f32(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <class D>
-__device__ __forceinline__ D from_f32(float x);
-template <>
-__device__ __forceinline__ float from_f32<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 // exp with its argument clamped to [-87, 88] like the CPU library's fp32 exp: results never
 // overflow (so silu's exp(-g) stays finite for very negative g) and NaN stays NaN (comparisons,

@@ -127,7 +127,9 @@ struct DHPre {
   const D* x;
   int64_t n, c;
   float* dh_pre;
-  __device__ float term(int64_t d, int64_t k) const { return widen(du[d / n * c + k]) * widen(x[d * c + k]); }
+  __device__ float term(int64_t d, int64_t k) const {
+    return to_f32(du[d / n * c + k]) * to_f32(x[d * c + k]);
+  }
   __device__ void store(int64_t d, double s) const { dh_pre[d] = static_cast<float>(s); }
 };
 

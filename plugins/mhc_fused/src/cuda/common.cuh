@@ -17,6 +17,7 @@
 #include <initializer_list>
 #include <type_traits>
 
+#include "plexus_cuda_kernels/device_types.cuh"
 #include "plexus_cuda_kernels/error.hpp"
 #include "plexus_cuda_kernels/types.hpp"
 
@@ -24,43 +25,11 @@ namespace plexus::mhc_fused::gpu {
 
 // ---- element types ----
 
-// The device type behind an interface type: cuda_kernels::bfloat16 holds __nv_bfloat16's bits.
-template <class A>
-struct DeviceType {
-  using type = A;
-};
-template <>
-struct DeviceType<cuda_kernels::bfloat16> {
-  using type = __nv_bfloat16;
-};
-template <class A>
-using device_t = typename DeviceType<A>::type;
-
-template <class A>
-device_t<A>* dev(A* p) {
-  return reinterpret_cast<device_t<A>*>(p);
-}
-template <class A>
-const device_t<A>* dev(const A* p) {
-  return reinterpret_cast<const device_t<A>*>(p);
-}
-
-__device__ __forceinline__ float widen(float v) {
-  return v;
-}
-__device__ __forceinline__ float widen(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <class D>
-__device__ __forceinline__ D narrow(float v);
-template <>
-__device__ __forceinline__ float narrow<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+// The device type behind an interface type and the fp32 conversions: the kernel library's.
+using cuda_kernels::dev;
+using cuda_kernels::device_t;
+using cuda_kernels::from_f32;
+using cuda_kernels::to_f32;
 
 // Elements of D in one 16-byte load: 4 floats or 8 bf16.
 template <class D>
@@ -90,7 +59,7 @@ __device__ __forceinline__ void load(const D* p, float (&v)[E]) {
   constexpr int kBytes = E * static_cast<int>(sizeof(D));
   if constexpr (kBytes < 4) {
     static_assert(E == 1, "a vector load moves 4, 8 or 16 bytes");
-    v[0] = widen(*p);
+    v[0] = to_f32(*p);
   } else {
     constexpr int kWords = kBytes / 4;
     union {
@@ -116,7 +85,7 @@ __device__ __forceinline__ void store(D* p, const float (&v)[E]) {
   constexpr int kBytes = E * static_cast<int>(sizeof(D));
   if constexpr (kBytes < 4) {
     static_assert(E == 1, "a vector store moves 4, 8 or 16 bytes");
-    *p = narrow<D>(v[0]);
+    *p = from_f32<D>(v[0]);
   } else {
     constexpr int kWords = kBytes / 4;
     union {
@@ -267,7 +236,7 @@ __global__ void add_chunk_sums_kernel(const double* partials, int64_t chunks, in
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < width; k += stride) {
     double s = 0;
     for (int64_t c = 0; c < chunks; ++c) s += partials[c * width + k];
-    out[k] = narrow<D>(widen(out[k]) + static_cast<float>(s));
+    out[k] = from_f32<D>(to_f32(out[k]) + static_cast<float>(s));
   }
 }
 

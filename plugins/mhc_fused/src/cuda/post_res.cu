@@ -326,7 +326,7 @@ struct DHRes {
   float* dh_res;
   __device__ float term(int64_t d, int64_t k) const {
     const int64_t t = d / (n * n), i = d / n % n, j = d % n;
-    return widen(dy[(t * n + i) * c + k]) * widen(x[(t * n + j) * c + k]);
+    return to_f32(dy[(t * n + i) * c + k]) * to_f32(x[(t * n + j) * c + k]);
   }
   __device__ void store(int64_t d, double s) const {
     dh_res[mix_index(d / (n * n), n, transposed, d / n % n, d % n)] = static_cast<float>(s);
@@ -343,8 +343,8 @@ struct DHPost {
   float* dh_post;
   __device__ float term(int64_t d, int64_t k) const {
     const int64_t t = d / n;
-    const float fb = bias != nullptr ? widen(f[t * c + k]) + widen(bias[k]) : widen(f[t * c + k]);
-    return widen(dy[d * c + k]) * fb;
+    const float fb = bias != nullptr ? to_f32(f[t * c + k]) + to_f32(bias[k]) : to_f32(f[t * c + k]);
+    return to_f32(dy[d * c + k]) * fb;
   }
   __device__ void store(int64_t d, double s) const { dh_post[d] = static_cast<float>(s); }
 };

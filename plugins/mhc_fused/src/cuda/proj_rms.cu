@@ -63,7 +63,7 @@ __device__ __forceinline__ void stage_tile(const D* x, int64_t tokens, int64_t r
     for (int i = static_cast<int>(threadIdx.x); i < Rows * Cols; i += kThreads) {
       const int tt = i / Cols, kk = i % Cols;
       const int64_t t = t0 + tt, k = k0 + kk;
-      out[tt * Stride + kk] = t < tokens && k < row ? widen(x[t * row + k]) : 0.0f;
+      out[tt * Stride + kk] = t < tokens && k < row ? to_f32(x[t * row + k]) : 0.0f;
     }
   }
 }
@@ -304,9 +304,9 @@ __global__ void __launch_bounds__(kThreads) proj_rms_backward_kernel(BackwardArg
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             if (k + j >= a.row) break;
-            float v = widen(g[j]) + out[r][j];
+            float v = to_f32(g[j]) + out[r][j];
             if (a.norm) v = v + c_t * s.x[tt][4 * kq + j];
-            g[j] = narrow<D>(v);
+            g[j] = from_f32<D>(v);
           }
         }
       }
