@@ -9,6 +9,7 @@
 
 #include "plexus/cli.hpp"
 #include "plexus/commands.hpp"
+#include "plexus/core/json_text.hpp"
 #include "plexus/core/plugin_host.hpp"
 #include "plexus/core/run_config.hpp"
 
@@ -23,23 +24,6 @@ check: validates FILE (or the embedded default run config), applies every --set 
        reported with its JSON path. Exit status 0 when valid, 1 otherwise.
 show:  the same, then prints the config with every default filled in.
 )";
-
-// Indented JSON, so `config show` is readable.
-void pretty(std::ostream& os, const boost::json::value& v, int indent = 0) {
-  const std::string pad(static_cast<std::size_t>(indent), ' ');
-  if (v.is_object() && !v.as_object().empty()) {
-    os << "{\n";
-    bool first = true;
-    for (const auto& [key, value] : v.as_object()) {
-      os << (first ? "" : ",\n") << pad << "  " << boost::json::serialize(boost::json::string(key)) << ": ";
-      pretty(os, value, indent + 2);
-      first = false;
-    }
-    os << "\n" << pad << "}";
-  } else {
-    os << boost::json::serialize(v);
-  }
-}
 
 }  // namespace
 
@@ -89,8 +73,7 @@ int config_command(const std::vector<std::string>& args) {
     load_configured_plugins(host, run_config, {plugin_options.dirs(), plugin_options.allow_world_writable});
     check_components(host, run_config);
     if (show) {
-      pretty(std::cout, run_config);
-      std::cout << "\n";
+      std::cout << json_text(run_config, 2) << "\n";
     } else {
       std::cout << label << ": valid";
       std::cout << " (" << host.plugins().size() << " plugin" << (host.plugins().size() == 1 ? "" : "s") << " loaded";

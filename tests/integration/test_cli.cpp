@@ -70,6 +70,16 @@ BOOST_AUTO_TEST_CASE(config_show_fills_defaults_and_applies_overrides) {
   BOOST_TEST(doc.at("scheduler").at("component") == "sequential");
 }
 
+// Numbers are shown as a person writes them (0.002, 0.9), not in Boost.JSON's own form (2E-3).
+BOOST_AUTO_TEST_CASE(config_show_prints_numbers_as_written) {
+  const auto result = run_process(kPlexus + " config show --default");
+  BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  BOOST_TEST(!contains(result.output, "E-"), result.output);
+  BOOST_TEST(!contains(result.output, "E+"), result.output);
+  BOOST_TEST(contains(result.output, "\"lr\": 0.002"), result.output);
+  BOOST_TEST(contains(result.output, "\"adam_beta1\": 0.9"), result.output);
+}
+
 BOOST_AUTO_TEST_CASE(unknown_key_is_named_with_a_suggestion) {
   plexus::test::TempDir dir;
   const auto file = dir.write("run.json", R"({"plugins": {"load": ["sequential_scheduler"]}, "train": {"stpes": 3}})");

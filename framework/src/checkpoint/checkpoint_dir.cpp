@@ -20,6 +20,7 @@
 
 #include "plexus/core/checkpoint/atomic_file.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
+#include "plexus/core/json_text.hpp"
 #include "plexus/core/logging.hpp"
 
 namespace plexus::checkpoint {
@@ -200,7 +201,7 @@ fs::path write_checkpoint(const fs::path& root, std::int64_t step, std::span<con
 
   model.write(partial.path() / kModelFile);
   optimizer.write(partial.path() / kOptimizerFile);
-  write_file_atomically(partial.path() / kStateFile, boost::json::serialize(state) + "\n");
+  write_file_atomically(partial.path() / kStateFile, plexus::json_text(state) + "\n");
 
   // The marker goes last, after every other file is durable (write_file_atomically fsyncs each
   // file and the directory), and records the sizes so later damage is detected on load.

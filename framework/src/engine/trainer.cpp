@@ -9,6 +9,7 @@
 #include "plexus/core/config.hpp"
 #include "plexus/core/device.hpp"
 #include "plexus/core/engine/random.hpp"
+#include "plexus/core/json_text.hpp"
 #include "plexus/core/logging.hpp"
 
 namespace plexus {
@@ -119,7 +120,7 @@ void Trainer::Impl::barrier() const {
 
 void Trainer::Impl::write_metrics(const boost::json::object& record, const TrainerEvents& events) {
   if (!writer) return;
-  metrics << boost::json::serialize(record) << '\n';
+  metrics << json_text(record) << '\n';
   metrics.flush();  // a crashed run keeps every record written so far
   if (events.on_metrics) events.on_metrics(record);
 }
