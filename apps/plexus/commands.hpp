@@ -11,4 +11,5 @@ int data_command(const std::vector<std::string>& args);
 int op_command(const std::vector<std::string>& args);
 int topology_command(const std::vector<std::string>& args);
 int bench_command(const std::vector<std::string>& args);
+int model_command(const std::vector<std::string>& args);
 }  // namespace plexus::cli

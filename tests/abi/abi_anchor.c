@@ -51,6 +51,12 @@ PLX_ABI_ANCHOR(layer_v1, plx_layer_v1)
 PLX_ABI_ANCHOR(schedule_env, plx_schedule_env)
 PLX_ABI_ANCHOR(scheduler_v1, plx_scheduler_v1)
 
+/* stack.h (ABI 1.3) */
+PLX_ABI_ANCHOR(stack_create_args, plx_stack_create_args)
+PLX_ABI_ANCHOR(stack_layer, plx_stack_layer)
+PLX_ABI_ANCHOR(stack_description, plx_stack_description)
+PLX_ABI_ANCHOR(stack_v1, plx_stack_v1)
+
 /* topology.h */
 PLX_ABI_ANCHOR(group_sink, plx_group_sink)
 PLX_ABI_ANCHOR(topology_args, plx_topology_args)

@@ -841,3 +841,24 @@ BOOST_AUTO_TEST_CASE(load_override_validate) {
   BOOST_TEST(v.at("train").at("name").as_string() == "smoke");
   BOOST_TEST(v.at("train").at("lr").as_double() == 0.0003);
 }
+
+// A key whose schema takes only strings gets the text as written: a layer pattern starting with
+// '[' is not a broken JSON array there, while elsewhere such a value is still refused.
+BOOST_AUTO_TEST_CASE(string_keys_take_bracketed_text_as_is) {
+  const cfg::Schema schema = cfg::Schema::parse(
+      R"({"type": "object", "properties": {"model": {"type": "object", "properties": {
+           "pattern": {"type": "string", "default": ""},
+           "sizes": {"type": "array", "default": []}}}}})",
+      "test");
+  json::value root = json::parse(R"({"model": {}})");
+  const std::vector<std::string> sets = {"model.pattern=[*-][*-]"};
+  cfg::apply_overrides(root, sets, &schema);
+  BOOST_TEST(root.at("model").at("pattern").as_string() == "[*-][*-]");
+  const std::vector<std::string> quoted = {"model.pattern=\"M[M*]-\""};
+  cfg::apply_overrides(root, quoted, &schema);
+  BOOST_TEST(root.at("model").at("pattern").as_string() == "M[M*]-");
+  const std::vector<std::string> broken = {"model.sizes=[1, 2"};
+  BOOST_CHECK_THROW(cfg::apply_overrides(root, broken, &schema), cfg::ConfigError);
+  const std::vector<std::string> without_schema = {"model.pattern=[*-][*-]"};
+  BOOST_CHECK_THROW(cfg::apply_overrides(root, without_schema), cfg::ConfigError);
+}

@@ -21,10 +21,14 @@ std::string in_override(std::string_view assignment) {
   return " (in override '" + detail::printable(assignment, max_shown_override) + "')";
 }
 
-// JSON if it parses, else the text itself as a string (see config.hpp).
-boost::json::value parse_value(std::string_view text, std::string_view assignment, const std::string& path) {
+// JSON if it parses, else the text itself as a string (see config.hpp). A key whose schema takes
+// only strings gets the text itself unless it is a quoted JSON string: a layer pattern such as
+// [*-][*-] would otherwise read as a broken JSON array.
+boost::json::value parse_value(std::string_view text, std::string_view assignment, const std::string& path,
+                               bool string_key) {
   boost::system::error_code ec;
   boost::json::value value = boost::json::parse(boost::json::string_view(text.data(), text.size()), ec);
+  if (string_key && (ec || !value.is_string())) return boost::json::string(boost::json::string_view(text.data(), text.size()));
   if (!ec) {
     if (detail::find_non_finite(value, path)) {
       throw ConfigError(path, "number is too large to represent" + in_override(assignment));
@@ -88,9 +92,17 @@ void assign(boost::json::value& root, const std::vector<detail::PathStep>& steps
   *cur = std::move(value);  // steps is never empty: parse_path rejects empty paths
 }
 
-}  // namespace
+// Whether the schema at a dotted path (object properties only) takes strings and nothing else.
+bool string_only(const Schema* schema, const detail::ParsedPath& parsed) {
+  for (const auto& step : parsed.steps) {
+    if (schema == nullptr || step.kind == detail::PathStep::Kind::index) return false;
+    schema = schema->property(step.key);
+  }
+  return schema != nullptr && schema->allows(JsonType::string) && !schema->allows(JsonType::array) &&
+         !schema->allows(JsonType::object) && !schema->allows_any_type();
+}
 
-void apply_override(boost::json::value& root, std::string_view assignment) {
+void apply_typed_override(boost::json::value& root, std::string_view assignment, const Schema* schema) {
   const std::size_t eq = detail::find_assignment(assignment);
   const std::string shown = "'" + detail::printable(assignment, max_shown_override) + "'";
   if (eq == std::string_view::npos) {
@@ -101,7 +113,8 @@ void apply_override(boost::json::value& root, std::string_view assignment) {
   detail::ParsedPath parsed = detail::parse_path(key);
   if (!parsed.error.empty()) throw ConfigError("", "invalid override " + shown + ": " + parsed.error);
 
-  boost::json::value value = parse_value(assignment.substr(eq + 1), assignment, std::string(key));
+  boost::json::value value =
+      parse_value(assignment.substr(eq + 1), assignment, std::string(key), string_only(schema, parsed));
   // Work on a copy so a failure part-way leaves root untouched (the walk may
   // already have created intermediate objects). Configs are small.
   boost::json::value updated = root;
@@ -114,11 +127,17 @@ void apply_override(boost::json::value& root, std::string_view assignment) {
   root = std::move(updated);
 }
 
-void apply_overrides(boost::json::value& root, std::span<const std::string> assignments) {
+}  // namespace
+
+void apply_override(boost::json::value& root, std::string_view assignment) {
+  apply_typed_override(root, assignment, nullptr);
+}
+
+void apply_overrides(boost::json::value& root, std::span<const std::string> assignments, const Schema* schema) {
   std::vector<Problem> problems;
   for (const std::string& assignment : assignments) {
     try {
-      apply_override(root, assignment);
+      apply_typed_override(root, assignment, schema);
     } catch (const ConfigError& e) {
       problems.insert(problems.end(), e.problems().begin(), e.problems().end());
     }

@@ -14,61 +14,11 @@
 #include "plexus/core/device.hpp"
 #include "plexus/core/host_services.hpp"
 #include "plexus/core/logging.hpp"
+#include "plexus/core/run_config.hpp"
 #include "plexus/topology.h"
 
 namespace plexus::distributed {
 namespace {
-
-// The in-tree plugin of each in-tree component, loaded on demand so that
-// `mpirun -np 2 plexus-train` needs no plugins.load entry.
-std::string plugin_of(uint32_t kind, const std::string& component) {
-  if (kind == PLX_KIND_COMM) return "comm_" + component;
-  if (kind == PLX_KIND_TOPOLOGY && component == "grid") return "topology_default";
-  return "";
-}
-
-const Component& ensure_component(PluginHost& host, uint32_t kind, const std::string& name,
-                                  const std::string& key, const PluginLoadOptions& options,
-                                  const boost::json::value& run_config) {
-  if (const Component* found = host.find(kind, name)) return *found;
-  const std::string plugin = plugin_of(kind, name);
-  if (!plugin.empty()) {
-    std::vector<std::filesystem::path> dirs = options.extra_paths;
-    for (const boost::json::value& dir : run_config.at("plugins").at("paths").as_array())
-      dirs.emplace_back(std::string(dir.as_string()));
-    std::filesystem::path file;
-    try {
-      file = resolve_plugin(plugin, plugin_search_path(dirs));
-    } catch (const PluginError& e) {
-      throw config::ConfigError(key, "the " + std::string(kind_name(kind)) + " component '" + name +
-                                         "' needs the plugin " + plugin +
-                                         ", which is not loaded: " + e.what());
-    }
-    LoadOptions load;
-    load.allow_world_writable =
-        options.allow_world_writable || run_config.at("plugins").at("allow_world_writable").as_bool();
-    host.load(file, load);
-  }
-  try {
-    return host.get(kind, name);
-  } catch (const PluginError& e) {
-    throw config::ConfigError(key, std::string(e.what()) + " (plugins.load lists the plugins a run loads)");
-  }
-}
-
-boost::json::value validated_options(const Component& component, boost::json::value options,
-                                     const std::string& path) {
-  if (options.is_null()) options = boost::json::object();
-  if (component.config_schema.empty()) {
-    if (!options.is_object() || !options.as_object().empty())
-      throw config::ConfigError(path, "component '" + component.name + "' takes no options");
-    return options;
-  }
-  const config::Schema schema =
-      config::Schema::parse(component.config_schema, "config schema of component '" + component.name + "'");
-  config::validate(options, schema, path);
-  return options;
-}
 
 // What a topology provider enumerates: every group of every kind, in its order.
 struct Enumeration {
@@ -149,7 +99,7 @@ std::unique_ptr<Runtime> Runtime::start(PluginHost& host, const boost::json::val
   Settings& s = rt->settings_;
   const Component& comm =
       ensure_component(host, PLX_KIND_COMM, s.comm, "distributed.comm", plugin_options, run_config);
-  s.comm_options = validated_options(comm, s.comm_options, "distributed.comm_options");
+  s.comm_options = validated_component_options(comm, s.comm_options, "distributed.comm_options");
   const auto& table = comm.as<plx_comm_v1>();
 
   ConfigHandle comm_config(s.comm_options, "distributed.comm_options");
@@ -201,7 +151,7 @@ Topology enumerate_topology(PluginHost& host, const boost::json::value& run_conf
   const Component& provider = ensure_component(host, PLX_KIND_TOPOLOGY, name,
                                                "distributed.topology.component", plugin_options, run_config);
   const boost::json::value options_value =
-      validated_options(provider, section.at("options"), "distributed.topology.options");
+      validated_component_options(provider, section.at("options"), "distributed.topology.options");
   ConfigHandle options(options_value, "distributed.topology.options");
   Enumeration groups;
   groups.world_size = world_size;

@@ -3,15 +3,38 @@
 #include <string>
 
 #include "engine/model_internal.hpp"
+#include "plexus/core/engine/decoder_plan.hpp"
 #include "plexus/core/config.hpp"
 #include "plexus/core/device.hpp"
 #include "plexus/core/engine/random.hpp"
 
 namespace plexus {
 
+namespace {
+
+// The word a unit's label uses for a pattern symbol: "decoder.layers.0 attention (...)".
+std::string layer_kind_word(const std::string& symbol) {
+  if (symbol == "*") return "attention";
+  if (symbol == "-") return "mlp";
+  if (symbol == "M") return "mamba";
+  if (symbol == "E") return "moe";
+  return "layer '" + symbol + "'";
+}
+
+const char* role_name(UnitRole role) {
+  switch (role) {
+    case UnitRole::embedding: return "embedding";
+    case UnitRole::final_norm: return "final norm";
+    case UnitRole::head: return "head";
+    case UnitRole::decoder: break;
+  }
+  return "decoder layer";
+}
+
+}  // namespace
+
 Model::Model(const PluginHost& host, const boost::json::value& run_config)
-    : settings_(ModelSettings::from_run_config(run_config)) {
-  model_config_ = std::make_unique<ConfigHandle>(boost::json::value(settings_.layer_config), "model");
+    : settings_(ModelSettings::from_run_config(run_config)), host_(&host) {
   if (const auto* run = run_config.as_object().if_contains("run");
       run != nullptr && run->as_object().contains("device")) {
     const std::string text(run->at("device").as_string());
@@ -32,39 +55,60 @@ Model::Model(const PluginHost& host, const boost::json::value& run_config)
     mhc_backend_ = std::make_unique<MhcBackend>(host.get(PLX_KIND_FUSION_BACKEND, settings_.mhc.backend),
                                                 device_, mhc_config_->get());
   }
-  const auto layers = static_cast<uint32_t>(settings_.num_layers);
-  uint32_t index = 0;
-  build_unit(host, run_config, "embedding", "", "embedding", index++);
-  for (uint32_t i = 0; i < layers; ++i) {
-    const std::string prefix = "decoder.layers." + std::to_string(i) + ".";
-    build_unit(host, run_config, "attention", prefix, "decoder.layers." + std::to_string(i) + " attention",
-               index++);
-    build_unit(host, run_config, "mlp", prefix, "decoder.layers." + std::to_string(i) + " mlp", index++);
+  // The decoder as the stack describes it (plexus/stack.h): the GPT's [*-] x num_layers, or a
+  // hybrid pattern. Units are physical layers; a scheduler drives logical ones (groups).
+  const DecoderPlan plan = plan_decoder(host, run_config);
+  if (plan.mtp_depths > 0)
+    throw config::ConfigError("model.pattern", "multi-token prediction ('/' in the pattern) is parsed, but training "
+                                               "MTP layers is not built yet: remove the '/...' parts");
+  final_norm_aliases_ = plan.final_norm_aliases;
+  // Depth-scaled initialization counts the layers that add to the residual stream; Megatron's
+  // rule differs between GPT (std / sqrt(2 num_layers)) and hybrid models (std / sqrt(num_layers)
+  // with num_layers the physical count): layers read which from "is_hybrid_model".
+  settings_.layer_config["is_hybrid_model"] = plan.has_pattern;
+  model_config_ = std::make_unique<ConfigHandle>(boost::json::value(settings_.layer_config), "model");
+  const auto& model = run_config.at("model");
+  const auto section = [&](const char* name) {
+    return LayerSource{std::string(model.at(name).at("component").as_string()), model.at(name).at("options"),
+                       std::string("model.") + name + ".options"};
+  };
+  logical_units_.push_back({units_.size(), 1});
+  build_unit(section("embedding"), UnitRole::embedding, "", "embedding", 0, "");
+  for (const DecoderLayerPlan& layer : plan.layers) {
+    if (layer.mtp_depth != 0) continue;
+    if (logical_units_.size() < 2 + layer.logical) logical_units_.push_back({units_.size(), 0});
+    ++logical_units_.back().count;
+    const std::string name = layer.checkpoint_prefix.substr(0, layer.checkpoint_prefix.size() - 1);
+    build_unit({layer.component, layer.options, layer.options_path}, UnitRole::decoder, layer.checkpoint_prefix,
+               name + " " + layer_kind_word(layer.symbol), layer.logical, layer.connection_prefix);
+    Unit& built = *units_.back();
+    built.symbol = layer.symbol;
+    built.physical = layer.physical;
+    built.logical = layer.logical;
+    built.segment = layer.segment;
   }
-  build_unit(host, run_config, "final_norm", "decoder.final_layernorm.", "final norm", index++);
-  build_unit(host, run_config, "head", "", "head", index++);
+  logical_units_.push_back({units_.size(), 1});
+  build_unit(section("final_norm"), UnitRole::final_norm, plan.final_norm_prefix, "final norm", plan.num_logical + 1,
+             "");
+  logical_units_.push_back({units_.size(), 1});
+  build_unit(section("head"), UnitRole::head, "", "head", plan.num_logical + 2, "");
 }
 
 Model::~Model() = default;
 
-void Model::build_unit(const PluginHost& host, const boost::json::value& run_config,
-                       const std::string& section, const std::string& prefix, const std::string& label,
-                       uint32_t index) {
-  const boost::json::object& spec = run_config.at("model").at(section).as_object();
-  const std::string component_name(spec.at("component").as_string());
-  const Component& component = host.get(PLX_KIND_LAYER, component_name);
+void Model::build_unit(const LayerSource& source, UnitRole role, const std::string& prefix, const std::string& label,
+                       uint32_t layer_index, const std::string& connection_prefix) {
+  const Component& component = host_->get(PLX_KIND_LAYER, source.component);
   auto unit = std::make_unique<Unit>();
-  unit->label = label + " (" + component_name + ")";
-  unit->role = section == "embedding"    ? UnitRole::embedding
-               : section == "final_norm" ? UnitRole::final_norm
-               : section == "head"       ? UnitRole::head
-                                         : UnitRole::decoder;
-  unit->config = std::make_unique<ConfigHandle>(spec.at("options"), "model." + section + ".options");
+  unit->label = label + " (" + source.component + ")";
+  unit->component = source.component;
+  unit->role = role;
+  unit->config = std::make_unique<ConfigHandle>(source.options, source.options_path);
   plx_layer_create_args args{};
   args.struct_size = sizeof(args);
-  // Decoder sublayers are numbered by their decoder layer (for depth-scaled init); the others by
-  // their position in the stack.
-  args.layer_index = unit->role == UnitRole::decoder ? (index - 1) / 2 : index;
+  // Decoder layers are numbered by their logical layer (a GPT layer's attention and MLP share
+  // one, for depth-scaled init); the others by their position in the stack.
+  args.layer_index = layer_index;
   args.num_layers = static_cast<uint32_t>(settings_.num_layers);
   args.device = device_;
   args.config = unit->config->get();
@@ -75,7 +119,7 @@ void Model::build_unit(const PluginHost& host, const boost::json::value& run_con
   const uint32_t inputs_expected = unit->role == UnitRole::head ? 2 : 1;
   if (info.num_inputs != inputs_expected || info.num_outputs < 1 || info.num_stages < 1)
     throw std::runtime_error(
-        unit->label + ": as the model's " + section + " a layer needs " + std::to_string(inputs_expected) +
+        unit->label + ": as the model's " + role_name(role) + " a layer needs " + std::to_string(inputs_expected) +
         " input(s), 1 or more outputs and stages; it declares " + std::to_string(info.num_inputs) +
         " inputs, " + std::to_string(info.num_outputs) + " outputs, " + std::to_string(info.num_stages) +
         " stages");
@@ -90,9 +134,7 @@ void Model::build_unit(const PluginHost& host, const boost::json::value& run_con
     unit->param_views.push_back(params_[i].value.view());
     unit->grad_views.push_back(params_[i].grad.view());
   }
-  if (settings_.mhc.enabled && unit->role == UnitRole::decoder)
-    declare_mhc_parameters(*unit, prefix + (section == "attention" ? "self_attention_hyper_connection."
-                                                                   : "mlp_hyper_connection."));
+  if (settings_.mhc.enabled && unit->role == UnitRole::decoder) declare_mhc_parameters(*unit, prefix + connection_prefix);
   unit->gradient_params = unit->params;
   if (unit->mhc)
     unit->gradient_params.insert(

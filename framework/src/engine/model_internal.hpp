@@ -10,11 +10,14 @@
 
 namespace plexus {
 
-enum class UnitRole { embedding, decoder, final_norm, head };
+enum class UnitRole { embedding, decoder, final_norm, head };  // declared in model.hpp
 
 struct Model::Unit {
   std::string label;  // for messages: "decoder.layers.2 attention (transformer.attention)"
   UnitRole role = UnitRole::decoder;
+  std::string component;
+  std::string symbol;                                 // decoder layers: the pattern symbol
+  int64_t physical = -1, logical = -1, segment = -1;  // decoder layers: their numbers
   std::unique_ptr<ConfigHandle> config;
   std::unique_ptr<LayerInstance> layer;
   std::vector<std::size_t> params;  // indices into the ParameterStore, in the layer's order

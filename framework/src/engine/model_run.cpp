@@ -329,11 +329,25 @@ void Model::check_gradients_finite() const {
   }
 }
 
-std::optional<double> Model::flops_per_token() const {
+namespace {
+
+const char* role_word(UnitRole role) {
+  switch (role) {
+    case UnitRole::embedding: return "embedding";
+    case UnitRole::final_norm: return "final norm";
+    case UnitRole::head: return "head";
+    case UnitRole::decoder: break;
+  }
+  return "decoder";
+}
+
+}  // namespace
+
+std::vector<Model::UnitSummary> Model::summary() const {
   const int64_t s = settings_.seq_length;
   Tensor tokens({1, s}, plx_dtype_i32());
   Tensor hidden({1, s, settings_.hidden_size}, plx_dtype_f32());
-  double total = 0;
+  std::vector<UnitSummary> rows;
   for (const auto& unit : units_) {
     std::vector<plx_tensor_desc> inputs;
     switch (unit->role) {
@@ -347,11 +361,29 @@ std::optional<double> Model::flops_per_token() const {
         inputs = {desc_of(hidden)};
         break;
     }
-    const auto flops = unit->layer->estimate_flops(inputs);
-    if (!flops) return std::nullopt;
-    total += flops->forward + flops->backward;
+    UnitSummary row;
+    row.label = unit->label;
+    row.kind = role_word(unit->role);
+    row.symbol = unit->symbol;
+    row.component = unit->component;
+    row.physical = unit->physical;
+    row.logical = unit->logical;
+    row.segment = unit->segment;
+    for (std::size_t i : unit->gradient_params) row.parameters += params_[i].value.numel();
+    if (const auto flops = unit->layer->estimate_flops(inputs))
+      row.flops_per_token = (flops->forward + flops->backward) / static_cast<double>(s);
+    rows.push_back(std::move(row));
   }
-  return total / static_cast<double>(s);
+  return rows;
+}
+
+std::optional<double> Model::flops_per_token() const {
+  double total = 0;
+  for (const UnitSummary& row : summary()) {
+    if (!row.flops_per_token) return std::nullopt;
+    total += *row.flops_per_token;
+  }
+  return total;
 }
 
 }  // namespace plexus

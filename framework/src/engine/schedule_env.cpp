@@ -35,21 +35,53 @@ struct ScheduleEnvBridge {
                                std::to_string(m.runs_.size()));
     return *m.runs_[microbatch];
   }
+  // A scheduler's unit is a logical layer; its stages are those of its physical units in order.
+  struct PhysicalStage {
+    uint32_t unit = 0, stage = 0;
+  };
+  static PhysicalStage physical(const Model& m, uint32_t unit, uint32_t stage) {
+    if (unit >= m.logical_units_.size())
+      throw std::runtime_error("scheduler asked for unit " + std::to_string(unit) + " of " +
+                               std::to_string(m.logical_units_.size()));
+    const Model::LogicalUnit& logical = m.logical_units_[unit];
+    uint32_t local = stage;
+    for (std::size_t p = logical.first; p < logical.first + logical.count; ++p) {
+      const auto stages = static_cast<uint32_t>(m.units_[p]->stages.size());
+      if (local < stages) return {static_cast<uint32_t>(p), local};
+      local -= stages;
+    }
+    throw std::runtime_error("scheduler asked for stage " + std::to_string(stage) + " of unit " + std::to_string(unit) +
+                             ", which has " + std::to_string(stage - local));
+  }
+  static uint32_t stage_count(const Model& m, uint32_t unit) {
+    const Model::LogicalUnit& logical = m.logical_units_.at(unit);
+    uint32_t total = 0;
+    for (std::size_t p = logical.first; p < logical.first + logical.count; ++p)
+      total += static_cast<uint32_t>(m.units_[p]->stages.size());
+    return total;
+  }
   static plx_status num_stages(void* ctx, uint32_t unit, uint32_t* out) noexcept {
-    return call(ctx, [&](Model& m) { *out = static_cast<uint32_t>(m.units_.at(unit)->stages.size()); });
+    return call(ctx, [&](Model& m) { *out = stage_count(m, unit); });
   }
   static plx_status stage(void* ctx, uint32_t unit, uint32_t index, plx_stage_info* out) noexcept {
     return call(ctx, [&](Model& m) {
-      const plx_stage_info& info = m.units_.at(unit)->stages.at(index);
+      const PhysicalStage p = physical(m, unit, index);
+      const plx_stage_info& info = m.units_[p.unit]->stages[p.stage];
       out->kind = info.kind;
       if (out->struct_size >= PLX_FIELD_END(plx_stage_info, name)) out->name = info.name;
     });
   }
   static plx_status forward(void* ctx, uint32_t mb, uint32_t unit, uint32_t stage, plx_stream) noexcept {
-    return call(ctx, [&](Model& m) { m.forward_stage(run_of(m, mb), unit, stage); });
+    return call(ctx, [&](Model& m) {
+      const PhysicalStage p = physical(m, unit, stage);
+      m.forward_stage(run_of(m, mb), p.unit, p.stage);
+    });
   }
   static plx_status backward(void* ctx, uint32_t mb, uint32_t unit, uint32_t stage, plx_stream) noexcept {
-    return call(ctx, [&](Model& m) { m.backward_stage(run_of(m, mb), unit, stage); });
+    return call(ctx, [&](Model& m) {
+      const PhysicalStage p = physical(m, unit, stage);
+      m.backward_stage(run_of(m, mb), p.unit, p.stage);
+    });
   }
 };
 
@@ -67,7 +99,7 @@ double Model::forward_backward(const SchedulerInstance& scheduler, const std::ve
   plx_schedule_env env{};
   env.struct_size = sizeof(env);
   env.num_microbatches = static_cast<uint32_t>(microbatches.size());
-  env.num_units = static_cast<uint32_t>(units_.size());
+  env.num_units = static_cast<uint32_t>(logical_units_.size());
   env.ctx = &bridge;
   env.unit_num_stages = &ScheduleEnvBridge::num_stages;
   env.unit_stage = &ScheduleEnvBridge::stage;

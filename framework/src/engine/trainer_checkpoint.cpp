@@ -8,6 +8,9 @@
 
 #include "engine/trainer_impl.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
+#include "plexus/core/config.hpp"
+#include "plexus/core/engine/decoder_plan.hpp"
+#include "plexus/core/run_config.hpp"
 #include "plexus/core/device.hpp"
 #include "plexus/core/logging.hpp"
 
@@ -63,6 +66,35 @@ std::filesystem::path Trainer::Impl::save_checkpoint(int64_t steps_done) {
   return dir;
 }
 
+namespace {
+
+// The main decoder as (symbol, component, checkpoint prefix) per layer, and the final norm's prefix.
+std::string decoder_layout(const DecoderPlan& plan) {
+  std::string text;
+  for (const DecoderLayerPlan& layer : plan.layers)
+    if (layer.mtp_depth == 0) text += "  " + layer.checkpoint_prefix + " '" + layer.symbol + "' " + layer.component + "\n";
+  return text;
+}
+
+std::string decoder_layout_differences(const PluginHost& host, const boost::json::value& saved,
+                                       const boost::json::value& current) {
+  const DecoderPlan was = plan_decoder(host, saved, false);
+  const DecoderPlan now = plan_decoder(host, current, false);
+  if (decoder_layout(was) == decoder_layout(now)) return "";
+  const auto describe = [](const boost::json::value& config, const DecoderPlan& plan) {
+    const auto& model = config.at("model");
+    const std::string pattern(model.at("pattern").as_string());
+    return (pattern.empty() ? "the GPT of " + std::to_string(model.at("num_layers").to_number<int64_t>()) + " layers"
+                            : "the pattern \"" + pattern + "\"") +
+           " (" + std::to_string(plan.main_layers()) + " layers)";
+  };
+  return "\n  decoder: checkpoint " + describe(saved, was) + ", this run " + describe(current, now) +
+         "; their layers differ or are stored under other names (plexus checkpoint convert maps a GPT to the "
+         "ungrouped layout and back)";
+}
+
+}  // namespace
+
 void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
   const checkpoint::LoadedCheckpoint loaded = checkpoint::load_checkpoint(dir);
   // A different model cannot continue this one: say which keys differ before any tensor does.
@@ -71,6 +103,17 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
   if (saved_config == nullptr || !saved_config->is_object() || !saved_config->as_object().contains("model"))
     throw CheckpointError((dir / "state.json").string(), "state.json has no run config (\"config.model\")");
   std::string differences;
+  // Keys a checkpoint written before they existed lacks are read at their defaults.
+  boost::json::value saved_filled = *saved_config;
+  try {
+    config::validate(saved_filled, framework_schema());
+  } catch (const config::ConfigError& e) {
+    throw CheckpointError((dir / "state.json").string(), std::string("its run config is not valid here: ") + e.what());
+  }
+  saved_config = &saved_filled;
+  // The decoder's layout (which layer computes what, under which checkpoint names) rather than the
+  // keys that spell it: a GPT of L layers and the pattern "[*-]" x L are the same model.
+  differences += decoder_layout_differences(*host, *saved_config, run_config);
   // The model section and the connection (mhc): both shape the parameters. The mHC backend and
   // its options may change: every backend computes the same function.
   const auto mhc_enabled = [](const boost::json::value& config) {
@@ -87,6 +130,7 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
         was_section != nullptr && was_section->is_object() ? was_section->as_object() : empty;
     for (const auto& [key, value] : run_config.at(section).as_object()) {
       if (std::string_view(section) == "mhc" && (key == "backend" || key == "options")) continue;
+      if (std::string_view(section) == "model" && (key == "num_layers" || key == "pattern")) continue;  // the layout
       const boost::json::value* old = was.if_contains(key);
       // A checkpoint from before the mhc section existed is of a model without mHC.
       const bool same = old != nullptr

@@ -7,6 +7,7 @@
 #include "plexus/fusion.h"
 #include "plexus/layer.h"
 #include "plexus/scheduler.h"
+#include "plexus/stack.h"
 #include "plexus/topology.h"
 
 #define PLX_REQUIRED(type, field) RequiredField{#field, PLX_FIELD_END(type, field)}
@@ -15,8 +16,8 @@ namespace plexus {
 namespace detail {
 namespace {
 
-const std::array<KindInfo, 5>& kinds() {
-  static const std::array<KindInfo, 5> table = {{
+const std::array<KindInfo, 6>& kinds() {
+  static const std::array<KindInfo, 6> table = {{
       {PLX_KIND_LAYER, "layer", sizeof(plx_layer_v1),
        {PLX_REQUIRED(plx_layer_v1, create), PLX_REQUIRED(plx_layer_v1, destroy),
         PLX_REQUIRED(plx_layer_v1, get_info), PLX_REQUIRED(plx_layer_v1, get_param),
@@ -37,6 +38,9 @@ const std::array<KindInfo, 5>& kinds() {
         PLX_REQUIRED(plx_comm_v1, broadcast), PLX_REQUIRED(plx_comm_v1, send),
         PLX_REQUIRED(plx_comm_v1, recv), PLX_REQUIRED(plx_comm_v1, barrier),
         PLX_REQUIRED(plx_comm_v1, wait), PLX_REQUIRED(plx_comm_v1, test)}},
+      {PLX_KIND_STACK, "stack", sizeof(plx_stack_v1),
+       {PLX_REQUIRED(plx_stack_v1, create), PLX_REQUIRED(plx_stack_v1, destroy),
+        PLX_REQUIRED(plx_stack_v1, describe)}},
   }};
   return table;
 }

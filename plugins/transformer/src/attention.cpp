@@ -68,7 +68,7 @@ class Attention final : public HiddenLayer<Attention, AttentionState> {
     params_.push_back(
         make_param("self_attention.linear_qkv.weight", {qkv_rows_, hidden_}, PLX_INIT_NORMAL, std_dev, 0));
     params_.push_back(make_param("self_attention.linear_proj.weight", {hidden_, heads_ * head_dim_},
-                                 PLX_INIT_NORMAL, std_dev / std::sqrt(2.0 * static_cast<double>(layers)), 0));
+                                 PLX_INIT_NORMAL, output_init_std(host, m, std_dev, layers), 0));
 
     // RoPE is applied in place to the query heads and the key head of every group.
     const int64_t per = heads_ / groups_;

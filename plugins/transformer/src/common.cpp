@@ -25,6 +25,11 @@ double positive_number(const plexus::sdk::Host& host, plx_config model, const ch
   return v;
 }
 
+double output_init_std(const plexus::sdk::Host& host, plx_config model, double init_method_std, int64_t num_layers) {
+  const bool hybrid = host.config_bool_if(model, "is_hybrid_model").value_or(false);
+  return init_method_std / std::sqrt((hybrid ? 1.0 : 2.0) * static_cast<double>(num_layers));
+}
+
 NormSpec NormSpec::read(const plexus::sdk::Host& host, plx_config model, int64_t hidden) {
   NormSpec n;
   const std::string kind = host.config_string(model, "normalization");

@@ -26,6 +26,13 @@ int64_t positive_int(const plexus::sdk::Host& host, plx_config model, const char
 // Reads a number that must be > 0.
 double positive_number(const plexus::sdk::Host& host, plx_config model, const char* key);
 
+// The std of output projections (attention's linear_proj, the MLP's linear_fc2): Megatron's
+// output_layer_init_method, init_method_std / sqrt(2 num_layers) for a GPT and
+// init_method_std / sqrt(num_layers) for a hybrid model, whose num_layers counts every physical
+// layer (the engine says which through "is_hybrid_model"). Either way: over the square root of
+// the number of layers that add to the residual stream.
+double output_init_std(const plexus::sdk::Host& host, plx_config model, double init_method_std, int64_t num_layers);
+
 struct NormSpec {
   bool rms = true;    // RMSNorm, else LayerNorm (with a bias)
   double eps = 1e-5;  // layernorm_epsilon

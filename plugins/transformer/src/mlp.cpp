@@ -54,7 +54,7 @@ class Mlp final : public HiddenLayer<Mlp, MlpState> {
     fc1_index_ = static_cast<uint32_t>(params_.size());
     params_.push_back(make_param("mlp.linear_fc1.weight", {fc1_rows_, hidden_}, PLX_INIT_NORMAL, std_dev, 0));
     params_.push_back(make_param("mlp.linear_fc2.weight", {hidden_, ffn_}, PLX_INIT_NORMAL,
-                                 std_dev / std::sqrt(2.0 * static_cast<double>(layers)), 0));
+                                 output_init_std(host, m, std_dev, layers), 0));
     if (on_cuda()) {
       MlpSpec spec;
       fill_spec(spec);

@@ -9,6 +9,7 @@
 #include "plexus/mhc.h"
 #include "plexus/plugin.h"
 #include "plexus/scheduler.h"
+#include "plexus/stack.h"
 #include "plexus/tensor.h"
 #include "plexus/topology.h"
 #endif

@@ -22,7 +22,8 @@ extern "C" {
 #define PLX_KIND_SCHEDULER 3      /* plx_scheduler_v1 (plexus/scheduler.h) */
 #define PLX_KIND_TOPOLOGY 4       /* plx_topology_v1 (plexus/topology.h) */
 #define PLX_KIND_COMM 5           /* plx_comm_v1 (plexus/comm.h) */
-#define PLX_KIND_LAST PLX_KIND_COMM
+#define PLX_KIND_STACK 6          /* plx_stack_v1 (plexus/stack.h), since ABI 1.3 */
+#define PLX_KIND_LAST PLX_KIND_STACK
 
 typedef struct plx_component_desc {
   uint32_t struct_size;

@@ -109,7 +109,11 @@ void apply_override(boost::json::value& root, std::string_view assignment);
 
 // Applies every assignment in order. All failing assignments are reported in
 // one ConfigError; the successful ones are still applied.
-void apply_overrides(boost::json::value& root, std::span<const std::string> assignments);
+// With a schema, a key that takes only strings gets the value's text as it is (unless it is a
+// quoted JSON string): --set model.pattern=[*-][*-] needs no quotes.
+class Schema;
+void apply_overrides(boost::json::value& root, std::span<const std::string> assignments,
+                     const Schema* schema = nullptr);
 
 // ----------------------------------------------------------------- schema ---
 

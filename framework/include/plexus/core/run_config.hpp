@@ -30,9 +30,21 @@ struct PluginLoadOptions {
   bool allow_world_writable = false;               // --allow-world-writable-plugins
 };
 
-// Loads every plugin the config names in plugins.load. Throws PluginError.
+// Loads every plugin the config names in plugins.load, then, on demand, the plugins of the
+// model's stack and of the layers the stack describes that no loaded plugin provides (see
+// plugin_of_component). Throws PluginError or config::ConfigError.
 void load_configured_plugins(PluginHost& host, const boost::json::value& run_config,
                              const PluginLoadOptions& options);
+
+// The in-tree plugin that provides a component, for loading it on demand: "comm_<name>" for a comm
+// backend, "topology_default" for "grid", and for every other component the part of its name
+// before the first '.' ("mamba.mixer" -> "mamba", "hybrid_stack" -> "hybrid_stack").
+std::string plugin_of_component(uint32_t kind, const std::string& component);
+
+// The component `name` of `kind`; when no loaded plugin provides it, its plugin is loaded from the
+// search path first. `key` is the config key that names it, for the error when neither works.
+const Component& ensure_component(PluginHost& host, uint32_t kind, const std::string& name, const std::string& key,
+                                  const PluginLoadOptions& options, const boost::json::value& run_config);
 
 // A component the config refers to: "<section>": {"component": NAME, "options": {...}}.
 struct ComponentRef {
@@ -42,6 +54,11 @@ struct ComponentRef {
   std::string key = "component";  // the key in the section that names it ("backend" for mhc)
 };
 std::vector<ComponentRef> component_refs(const boost::json::value& run_config);
+
+// `options` (null meaning {}) validated against the component's schema, defaults filled in; `path`
+// names them in errors ("model.attention.options"). Throws config::ConfigError.
+boost::json::value validated_component_options(const Component& component, boost::json::value options,
+                                               const std::string& path);
 
 // Checks that every referenced component is loaded and validates (and default-fills) its
 // options against the component's schema. Throws PluginError or config::ConfigError.

@@ -11,6 +11,7 @@
 #include "plexus/fusion.h"
 #include "plexus/plugin.h"
 #include "plexus/scheduler.h"
+#include "plexus/stack.h"
 #include "plexus/topology.h"
 
 namespace plexus::sdk {
@@ -93,6 +94,27 @@ inline plx_component_desc fusion_component(const char* name, const char* descrip
                                            const char* config_schema = nullptr) {
   return plx_component_desc{sizeof(plx_component_desc), PLX_KIND_FUSION_BACKEND, name, description,
                             config_schema, backend};
+}
+
+// ---- stack: T(const plx_stack_create_args&) with const plx_stack_description& describe() const ----
+namespace detail {
+template <class T>
+struct StackTrampolines {
+  static plx_status create(const plx_stack_create_args* args, void** out) noexcept {
+    return guard("create", [&] { *out = std::make_unique<T>(*args).release(); });
+  }
+  static void destroy(void* s) noexcept { std::unique_ptr<T> owned(static_cast<T*>(s)); }
+  static plx_status describe(void* s, const plx_stack_description** out) noexcept {
+    return guard("describe", [&] { *out = &static_cast<const T*>(s)->describe(); });
+  }
+  static inline const plx_stack_v1 table = {sizeof(plx_stack_v1), 0, &create, &destroy, &describe};
+};
+}  // namespace detail
+
+template <class T>
+plx_component_desc stack_component(const char* name, const char* description, const char* config_schema = nullptr) {
+  return plx_component_desc{sizeof(plx_component_desc), PLX_KIND_STACK, name, description, config_schema,
+                            &detail::StackTrampolines<T>::table};
 }
 
 }  // namespace plexus::sdk

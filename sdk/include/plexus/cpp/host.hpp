@@ -80,6 +80,12 @@ class Host {
     check_host(api_->config_get_child(api_->ctx, node, key, &child));
     return child;
   }
+  // The node as JSON text, for options a plugin parses itself (maps with keys of its choosing).
+  std::string config_json(plx_config node) const {
+    const char* v = nullptr;
+    check_host(api_->config_to_json(api_->ctx, node, &v));
+    return v;
+  }
   std::string config_path(plx_config node) const {
     const char* v = nullptr;
     check_host(api_->config_path(api_->ctx, node, &v));
@@ -92,6 +98,13 @@ class Host {
     if (s == PLX_ERR_NOT_FOUND) return std::nullopt;
     check_host(s);
     return v;
+  }
+  std::optional<bool> config_bool_if(plx_config node, const char* key) const {
+    int32_t v = 0;
+    const plx_status s = api_->config_get_bool(api_->ctx, node, key, &v);
+    if (s == PLX_ERR_NOT_FOUND) return std::nullopt;
+    check_host(s);
+    return v != 0;
   }
 
  private:

@@ -71,6 +71,7 @@ class NonFiniteError : public std::runtime_error {
 };
 
 class StepProfile;
+enum class UnitRole;
 
 class Model {
  public:
@@ -110,12 +111,29 @@ class Model {
   // Model FLOPs of one training step's forward+backward per token, when every layer can tell.
   std::optional<double> flops_per_token() const;
 
+  // One row per physical unit, in forward order, for `plexus model show`.
+  struct UnitSummary {
+    std::string label;      // "decoder.layers.1 attention (transformer.attention)"
+    std::string kind;       // "embedding", "decoder", "final norm", "head"
+    std::string symbol;     // the pattern symbol of a decoder layer, else ""
+    std::string component;
+    int64_t physical = -1, logical = -1, segment = -1;  // decoder layers only
+    int64_t parameters = 0;                             // elements, the mHC connection's included
+    std::optional<double> flops_per_token;              // forward + backward, when the layer can tell
+  };
+  std::vector<UnitSummary> summary() const;
+
   struct Unit;
   struct Run;
 
  private:
-  void build_unit(const PluginHost& host, const boost::json::value& run_config, const std::string& section,
-                  const std::string& prefix, const std::string& label, uint32_t index);
+  struct LayerSource {  // a layer component and its validated options
+    std::string component;
+    boost::json::value options;
+    std::string options_path;
+  };
+  void build_unit(const LayerSource& source, UnitRole role, const std::string& prefix, const std::string& label,
+                  uint32_t layer_index, const std::string& connection_prefix);
   void forward_stage(Run& run, uint32_t unit, uint32_t stage);
   void backward_stage(Run& run, uint32_t unit, uint32_t stage);
   std::unique_ptr<Run> start_run(const Batch& batch, bool training, uint32_t microbatch, double loss_scale);
@@ -124,11 +142,20 @@ class Model {
   void declare_mhc_parameters(Unit& unit, const std::string& prefix);
 
   ModelSettings settings_;
+  const PluginHost* host_;
   DLDevice device_{kDLCPU, 0};
   ParameterStore params_;
   std::unique_ptr<ConfigHandle> mhc_config_;
   std::unique_ptr<MhcBackend> mhc_backend_;
-  std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<std::unique_ptr<Unit>> units_;  // physical: the embedding, every decoder layer, final norm, head
+  // What a scheduler sees as units: the embedding, each logical decoder layer (a group's layers
+  // together), the final norm and the head; their stages are their physical units' in order.
+  struct LogicalUnit {
+    std::size_t first = 0;  // index into units_
+    std::size_t count = 0;
+  };
+  std::vector<LogicalUnit> logical_units_;
+  std::vector<std::string> final_norm_aliases_;  // other checkpoint prefixes of the final norm
   std::unique_ptr<ConfigHandle> model_config_;
   std::vector<std::unique_ptr<Run>> runs_;  // microbatches of the current step
   GradientReadyHook gradient_ready_;

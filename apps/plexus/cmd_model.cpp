@@ -1,0 +1,129 @@
+// `plexus model show`: the model a run config builds, before any job runs: per logical and
+// physical decoder layer its symbol, component, parameters, FLOPs per token and pipeline segment,
+// with the embedding, final norm and head, and the totals.
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/json.hpp>
+
+#include "plexus/cli.hpp"
+#include "plexus/commands.hpp"
+#include "plexus/core/engine/model.hpp"
+#include "plexus/core/json_text.hpp"
+#include "plexus/core/plugin_host.hpp"
+#include "plexus/core/run_config.hpp"
+
+namespace plexus::cli {
+namespace {
+
+constexpr const char* kHelp = R"(usage: plexus model show [--config FILE] [--set KEY=VALUE]... [--json]
+
+Builds the model of a run config (the embedded default when no --config) and prints its layers as
+the engine assembled them: for every unit (embedding, each decoder layer, final norm, head) the
+logical and physical layer number, the pattern symbol, the layer component, the parameters it
+holds (its mHC connection's included) and its training FLOPs per token (forward and backward),
+and the pipeline segment; then the totals. Nothing is trained and nothing is written.
+  plexus model show --set 'model.pattern=M*M-' --set model.num_layers=4
+)";
+
+std::string count_text(double value) {
+  char buffer[32];
+  if (value >= 1e9) std::snprintf(buffer, sizeof buffer, "%.2fG", value / 1e9);
+  else if (value >= 1e6) std::snprintf(buffer, sizeof buffer, "%.2fM", value / 1e6);
+  else if (value >= 1e4) std::snprintf(buffer, sizeof buffer, "%.1fk", value / 1e3);
+  else std::snprintf(buffer, sizeof buffer, "%.0f", value);
+  return buffer;
+}
+
+std::string number_or_dash(int64_t value) { return value < 0 ? "-" : std::to_string(value); }
+
+std::string padded(const std::string& text, std::size_t width) {
+  return text.size() >= width ? text + " " : text + std::string(width - text.size(), ' ');
+}
+
+}  // namespace
+
+int model_command(const std::vector<std::string>& args) {
+  return run_guarded("plexus model", [&] {
+    PluginOptions plugin_options;
+    std::string config_file;
+    std::vector<std::string> overrides;
+    std::string action;
+    bool json = false;
+    bool help = false;
+    po::options_description options("options");
+    plugin_options.add_to(options);
+    options.add_options()("config", po::value(&config_file), "run config (JSON); the embedded default when omitted")(
+        "set", po::value(&overrides)->composing(), "override a key (repeatable)")(
+        "json", po::bool_switch(&json), "print the rows and totals as JSON")("help,h", po::bool_switch(&help),
+                                                                             "this help");
+    po::options_description hidden;
+    hidden.add_options()("action", po::value(&action));
+    po::options_description all;
+    all.add(options).add(hidden);
+    po::positional_options_description positional;
+    positional.add("action", 1);
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
+    po::notify(vm);
+    if (help) {
+      std::cout << kHelp << "\n" << options;
+      return 0;
+    }
+    if (action != "show") {
+      std::cerr << "plexus model: error: expected 'show'\n\n" << kHelp;
+      return 1;
+    }
+    std::optional<std::filesystem::path> file;
+    if (!config_file.empty()) file = config_file;
+    boost::json::value run_config = load_run_config(file, overrides);
+    PluginHost host;
+    load_configured_plugins(host, run_config, {plugin_options.dirs(), plugin_options.allow_world_writable});
+    check_components(host, run_config);
+    const Model model(host, run_config);
+    const std::vector<Model::UnitSummary> rows = model.summary();
+    int64_t total_parameters = 0;
+    for (std::size_t i = 0; i < model.parameters().size(); ++i) total_parameters += model.parameters()[i].value.numel();
+    const std::optional<double> total_flops = model.flops_per_token();
+    const std::string pattern(run_config.at("model").at("pattern").as_string());
+
+    if (json) {
+      boost::json::array units;
+      for (const auto& row : rows) {
+        boost::json::object u{{"label", row.label},       {"kind", row.kind},         {"symbol", row.symbol},
+                              {"component", row.component}, {"logical", row.logical}, {"physical", row.physical},
+                              {"segment", row.segment},   {"parameters", row.parameters}};
+        u["flops_per_token"] = row.flops_per_token ? boost::json::value(*row.flops_per_token) : nullptr;
+        units.push_back(std::move(u));
+      }
+      boost::json::object out{{"pattern", pattern},
+                              {"units", std::move(units)},
+                              {"parameters", total_parameters},
+                              {"flops_per_token", total_flops ? boost::json::value(*total_flops) : nullptr}};
+      std::cout << json_text(out) << "\n";
+      return 0;
+    }
+    std::cout << "model: " << (pattern.empty() ? "GPT, [*-] x " + std::to_string(run_config.at("model").at("num_layers").to_number<int64_t>())
+                                               : "pattern \"" + pattern + "\"")
+              << ", hidden " << model.settings().hidden_size << ", sequence " << model.settings().seq_length << "\n";
+    std::cout << padded("logical", 9) << padded("physical", 10) << padded("symbol", 8) << padded("unit", 52)
+              << padded("parameters", 12) << padded("FLOPs/token", 13) << "segment\n";
+    for (const auto& row : rows) {
+      std::cout << padded(number_or_dash(row.logical), 9) << padded(number_or_dash(row.physical), 10)
+                << padded(row.symbol.empty() ? "-" : row.symbol, 8) << padded(row.label, 52)
+                << padded(count_text(static_cast<double>(row.parameters)), 12)
+                << padded(row.flops_per_token ? count_text(*row.flops_per_token) : "?", 13)
+                << number_or_dash(row.segment) << "\n";
+    }
+    std::cout << "total: " << count_text(static_cast<double>(total_parameters)) << " parameters ("
+              << total_parameters << "), "
+              << (total_flops ? count_text(*total_flops) : std::string("unknown")) << " training FLOPs per token"
+              << " (the tied embedding and head share one matrix, counted once in the total)\n";
+    return 0;
+  });
+}
+
+}  // namespace plexus::cli
