@@ -145,8 +145,8 @@ int main(int argc, char** argv) {
         if (runtime->rank() == 0)
           std::cerr << "plexus-train: stopped by " << plexus::signal_name(result.interrupted->signal)
                     << " after step " << result.interrupted->step << " of "
-                    << run_config.at("train").at("steps").to_number<int64_t>() << " (exit status " << kExitStopped
-                    << ")\n";
+                    << run_config.at("train").at("steps").to_number<int64_t>() << " (exit status "
+                    << kExitStopped << ")\n";
         trainer.reset();
         runtime.reset();
         return kExitStopped;

@@ -92,17 +92,18 @@ struct SignalledRun {
     BOOST_TEST(checkpoint_steps(out) == std::vector<int64_t>{step}, boost::test_tools::per_element());
     BOOST_TEST(plexus::checkpoint::load_checkpoint(dir).step == step);
     const std::string n = std::to_string(step);
-    BOOST_TEST(output.find(name + " received: finishing the current step, then writing a checkpoint; a second "
-                                  "signal stops at once, without one") != std::string::npos,
-               output);
+    BOOST_TEST(
+        output.find(name + " received: finishing the current step, then writing a checkpoint; a second "
+                           "signal stops at once, without one") != std::string::npos,
+        output);
     BOOST_TEST(output.find(name + " received: stopping after step " + n + ", writing a checkpoint") !=
                    std::string::npos,
                output);
     BOOST_TEST(output.find("checkpoint: " + dir + " (step " + n + "); resume with --resume latest") !=
                    std::string::npos,
                output);
-    BOOST_TEST(output.find("plexus-train: stopped by " + name + " after step " + n + " of 100000 (exit status 75)") !=
-                   std::string::npos,
+    BOOST_TEST(output.find("plexus-train: stopped by " + name + " after step " + n +
+                           " of 100000 (exit status 75)") != std::string::npos,
                output);
     return step;
   }
@@ -114,8 +115,8 @@ BOOST_AUTO_TEST_CASE(sigterm_writes_a_checkpoint_exits_75_and_the_run_resumes_ex
   SignalledRun run;
   const int64_t stopped = run.stop_with(SIGTERM, "SIGTERM");
   // Resume to a few steps past the stop, and compare with a run that was never stopped.
-  const std::string until = " --set train.steps=" + std::to_string(stopped + 3) +
-                            " --set optimizer.lr_decay_style=constant";
+  const std::string until =
+      " --set train.steps=" + std::to_string(stopped + 3) + " --set optimizer.lr_decay_style=constant";
   const auto resumed = run_process(run.corpus.train(run.out.string(), until + " --resume latest"));
   BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
   const auto straight_dir = run.corpus.dir.path() / "straight";

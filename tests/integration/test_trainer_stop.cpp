@@ -39,16 +39,11 @@ struct StopRun {
   int polls = 0;
 
   explicit StopRun(const std::vector<std::string>& extra) {
-    std::vector<std::string> overrides{"data.path=" + corpus.prefix,
-                                       "run.output_dir=" + out.string(),
-                                       "model.num_layers=2",
-                                       "model.hidden_size=32",
-                                       "model.seq_length=32",
-                                       "train.micro_batch_size=4",
-                                       "train.microbatches=2",
-                                       "train.eval_interval=0",
-                                       "train.eval_iters=2",
-                                       "sample.tokens=0"};
+    std::vector<std::string> overrides{"data.path=" + corpus.prefix, "run.output_dir=" + out.string(),
+                                       "model.num_layers=2",         "model.hidden_size=32",
+                                       "model.seq_length=32",        "train.micro_batch_size=4",
+                                       "train.microbatches=2",       "train.eval_interval=0",
+                                       "train.eval_iters=2",         "sample.tokens=0"};
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     boost::json::value config = plexus::load_run_config(std::nullopt, overrides);
     plexus::load_configured_plugins(host, config, {});
@@ -132,9 +127,10 @@ BOOST_AUTO_TEST_CASE(a_stop_before_the_first_step_trains_and_writes_nothing) {
 BOOST_AUTO_TEST_CASE(a_stop_during_an_evaluation_stops_at_that_step_not_the_next) {
   StopRun run({"train.steps=10", "train.eval_interval=2"});
   int asked = 0;
-  const TrainResult result = run.run([&] { return asked; }, [&](const boost::json::object& record) {
-    if (run.is_event(record, "eval", 4)) asked = SIGTERM;
-  });
+  const TrainResult result = run.run([&] { return asked; },
+                                     [&](const boost::json::object& record) {
+                                       if (run.is_event(record, "eval", 4)) asked = SIGTERM;
+                                     });
   BOOST_TEST_REQUIRE(result.interrupted.has_value());
   BOOST_TEST(result.interrupted->step == 4);
   BOOST_TEST(run.steps_of("step") == Steps({1, 2, 3, 4}), boost::test_tools::per_element());
@@ -165,9 +161,10 @@ BOOST_AUTO_TEST_CASE(a_stop_during_a_periodic_checkpoint_keeps_that_checkpoint) 
 BOOST_AUTO_TEST_CASE(a_stop_during_the_last_step_lets_the_run_complete) {
   StopRun run({"train.steps=4"});
   int asked = 0;
-  const TrainResult result = run.run([&] { return asked; }, [&](const boost::json::object& record) {
-    if (run.is_event(record, "step", 4)) asked = SIGTERM;
-  });
+  const TrainResult result = run.run([&] { return asked; },
+                                     [&](const boost::json::object& record) {
+                                       if (run.is_event(record, "step", 4)) asked = SIGTERM;
+                                     });
   BOOST_TEST(!result.interrupted.has_value());
   BOOST_TEST(run.steps_of("step") == Steps({1, 2, 3, 4}), boost::test_tools::per_element());
   BOOST_TEST(run.steps_of("eval") == Steps({4}), boost::test_tools::per_element());

@@ -134,7 +134,8 @@ BOOST_AUTO_TEST_CASE(sigterm_to_mpirun_stops_every_rank_after_one_step_and_the_j
   // Resumed on two ranks to a few steps past the stop, against a job that was never stopped.
   const std::string until = " --set train.steps=" + std::to_string(step + 3) +
                             " --set optimizer.lr_decay_style=constant --set distributed.timeout_s=60";
-  const auto resumed = run_process(mpirun_command(2, 120) + run.corpus.train(run.out.string(), until + " --resume latest"));
+  const auto resumed =
+      run_process(mpirun_command(2, 120) + run.corpus.train(run.out.string(), until + " --resume latest"));
   BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
   const auto straight_dir = run.corpus.dir.path() / "straight";
   const auto straight = run_process(mpirun_command(2, 120) + run.corpus.train(straight_dir.string(), until));
@@ -165,7 +166,8 @@ BOOST_AUTO_TEST_CASE(a_second_sigterm_to_mpirun_ends_the_job_at_once_without_a_c
   Job run(kGrace);
   run.wait_until_training();
   const pid_t mpirun = find_descendant(run.job.pid(), "mpirun");
-  const pid_t ranks[] = {plexus::test::find_rank(run.job.pid(), 0), plexus::test::find_rank(run.job.pid(), 1)};
+  const pid_t ranks[] = {plexus::test::find_rank(run.job.pid(), 0),
+                         plexus::test::find_rank(run.job.pid(), 1)};
   BOOST_TEST_REQUIRE(mpirun > 0);
   BOOST_TEST_REQUIRE((ranks[0] > 0 && ranks[1] > 0));
   BOOST_TEST_REQUIRE(::kill(mpirun, SIGTERM) == 0);

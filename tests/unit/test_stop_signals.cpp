@@ -89,7 +89,8 @@ std::pair<std::string, int> stderr_of_child(Body body) {
   ::close(fds[1]);
   std::string text;
   char buffer[256];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<std::size_t>(n));
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;)
+    text.append(buffer, static_cast<std::size_t>(n));
   ::close(fds[0]);
   return {text, status};
 }
@@ -100,9 +101,10 @@ BOOST_AUTO_TEST_CASE(the_first_signal_is_acknowledged_at_once_and_only_once) {
     ::raise(SIGINT);
   });
   BOOST_TEST(WIFEXITED(status));
-  BOOST_TEST(text ==
-             "SIGINT received: finishing the current step, then writing a checkpoint; a second signal stops at "
-             "once, without one\n");
+  BOOST_TEST(
+      text ==
+      "SIGINT received: finishing the current step, then writing a checkpoint; a second signal stops at "
+      "once, without one\n");
   const auto [quiet, quiet_status] = stderr_of_child([] {
     const StopSignals stop(false);  // another rank of the job speaks for it
     ::raise(SIGTERM);
@@ -144,7 +146,8 @@ BOOST_AUTO_TEST_CASE(a_blocking_read_is_restarted_not_interrupted) {
 }
 
 BOOST_AUTO_TEST_CASE(the_dispositions_found_are_restored) {
-  struct sigaction custom {}, previous_term {}, previous_int {};
+  struct sigaction custom {
+  }, previous_term{}, previous_int{};
   custom.sa_handler = &custom_handler;
   sigemptyset(&custom.sa_mask);
   BOOST_TEST_REQUIRE(::sigaction(SIGTERM, &custom, &previous_term) == 0);

@@ -23,10 +23,11 @@ char g_announce_int[192];
 
 void compose(char (&text)[192], const char* name, bool on_terminal) {
   // On a terminal the progress line is live (no newline yet): start a line of our own.
-  std::snprintf(text, sizeof text,
-                "%s%s received: finishing the current step, then writing a checkpoint; a second signal stops at "
-                "once, without one\n",
-                on_terminal ? "\n" : "", name);
+  std::snprintf(
+      text, sizeof text,
+      "%s%s received: finishing the current step, then writing a checkpoint; a second signal stops at "
+      "once, without one\n",
+      on_terminal ? "\n" : "", name);
 }
 
 void say(const char* text) noexcept {
@@ -58,7 +59,8 @@ extern "C" void on_stop_signal(int signal) {
 
 void install(int signal, struct sigaction& previous) {
   if (::sigaction(signal, nullptr, &previous) != 0)
-    throw std::system_error(errno, std::generic_category(), "cannot read the disposition of " + signal_name(signal));
+    throw std::system_error(errno, std::generic_category(),
+                            "cannot read the disposition of " + signal_name(signal));
   // Ignored by whoever started the process (a shell script's `cmd &` ignores SIGINT, so that
   // Ctrl-C in the terminal reaches only the foreground job): it stays ignored.
   if ((previous.sa_flags & SA_SIGINFO) == 0 && previous.sa_handler == SIG_IGN) return;

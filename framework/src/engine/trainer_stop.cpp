@@ -8,7 +8,8 @@
 
 namespace plexus {
 
-std::optional<Interruption> Trainer::Impl::agreed_stop(const TrainerEvents& events, int64_t steps_done) const {
+std::optional<Interruption> Trainer::Impl::agreed_stop(const TrainerEvents& events,
+                                                       int64_t steps_done) const {
   if (!events.stop_signal) return std::nullopt;
   const int mine = events.stop_signal();
   // One scalar all-reduce per poll: a signal may reach one rank only (a user signalling one
@@ -34,7 +35,8 @@ void Trainer::Impl::stop_run(const Interruption& stop, int64_t saved_step, detai
   // A checkpoint of this step written a moment ago (the periodic one, during which the signal
   // came) is the one to resume from; writing it again would only delay the exit.
   if (trained && saved_step != stop.step) result.last_checkpoint = save_checkpoint(stop.step);
-  boost::json::object record{{"event", "interrupted"}, {"step", stop.step}, {"signal", name}, {"rank", stop.rank}};
+  boost::json::object record{
+      {"event", "interrupted"}, {"step", stop.step}, {"signal", name}, {"rank", stop.rank}};
   record["checkpoint"] = trained ? boost::json::value(result.last_checkpoint.string()) : nullptr;
   write_metrics(record, events);
   if (writer && trained)

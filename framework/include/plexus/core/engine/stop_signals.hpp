@@ -13,7 +13,7 @@
 // installs this (plexus-train does, just before training), not the library.
 #pragma once
 
-#include <signal.h>
+#include <csignal>
 
 #include <string>
 

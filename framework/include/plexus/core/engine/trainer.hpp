@@ -53,16 +53,16 @@ struct TrainerEvents {
 
 // Why and where a run stopped before train.steps.
 struct Interruption {
-  int signal = 0;     // the agreed stop_signal value
-  int32_t rank = 0;   // the lowest data-parallel rank that asked to stop
-  int64_t step = 0;   // steps done when it stopped; the checkpoint, if any, is of this step
+  int signal = 0;    // the agreed stop_signal value
+  int32_t rank = 0;  // the lowest data-parallel rank that asked to stop
+  int64_t step = 0;  // steps done when it stopped; the checkpoint, if any, is of this step
 };
 
 struct TrainResult {
   int64_t steps_done = 0;
   std::vector<double> losses;  // per step run in this invocation
   std::optional<double> final_val_loss;
-  std::filesystem::path last_checkpoint;  // empty when none was written
+  std::filesystem::path last_checkpoint;    // empty when none was written
   std::optional<Interruption> interrupted;  // set when stop_signal stopped the run
 };
 
