@@ -39,9 +39,12 @@ const char* const kExitStatusHelp =
     "\nexit status:\n"
     "  0   the run completed\n"
     "  1   an error (the message names it)\n"
-    "  75  SIGTERM or SIGINT stopped the run after the current step and a checkpoint was written\n"
-    "      (on every rank at the same step); continue it with --resume latest. A second signal\n"
-    "      stops at once, without a checkpoint (128 + the signal, e.g. 143 for SIGTERM).\n";
+    "  75  SIGTERM or SIGINT stopped the run: every rank finished the same step and a\n"
+    "      checkpoint of it was written; continue with --resume latest. A second signal\n"
+    "      stops at once, without one (status 128 + the signal, 143 for SIGTERM).\n"
+    "      mpirun signals the ranks and kills them after odls_base_sigkill_timeout\n"
+    "      seconds each (default 1): give them time with\n"
+    "      mpirun --mca odls_base_sigkill_timeout 60 ... (docs/distributed.md)\n";
 
 // What every rank must agree on before the first step.
 boost::json::value agreement(const boost::json::value& run_config, const plexus::PluginHost& host,

@@ -177,3 +177,10 @@ BOOST_AUTO_TEST_CASE(a_signal_during_start_up_ends_the_process_before_anything_i
   BOOST_TEST(!std::filesystem::exists(run.out / "checkpoints"));
   BOOST_TEST(steps_recorded(run.out / "metrics.jsonl") == 0);
 }
+
+BOOST_AUTO_TEST_CASE(the_help_documents_the_exit_status) {
+  const auto help = run_process(plexus::test::kBin + "plexus-train --help");
+  BOOST_TEST_REQUIRE(help.status == 0, help.output);
+  BOOST_TEST(help.output.find("75  SIGTERM or SIGINT stopped the run") != std::string::npos, help.output);
+  BOOST_TEST(help.output.find("odls_base_sigkill_timeout") != std::string::npos, help.output);
+}
