@@ -8,6 +8,9 @@
 // Under a launcher every rank runs this same program: the distributed runtime joins them, checks
 // that they all run the same config, and the trainer is data parallel (docs/distributed.md). A
 // failure on any rank ends the whole job with a non-zero exit, naming the rank.
+//
+// SIGTERM or SIGINT (a scheduler's notice, Ctrl-C) stops the run after the current step with a
+// checkpoint, all ranks agreeing on the step, and exit status 75; a second signal stops at once.
 #include <iostream>
 #include <optional>
 #include <string>
@@ -17,12 +20,31 @@
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "plexus/core/device.hpp"
 #include "plexus/core/distributed/runtime.hpp"
+#include "plexus/core/engine/stop_signals.hpp"
 #include "plexus/core/engine/trainer.hpp"
 #include "plexus/core/logging.hpp"
 #include "plexus/core/plugin_host.hpp"
 #include "plexus/core/run_config.hpp"
 
 namespace {
+
+// The exit status of a run stopped by SIGTERM or SIGINT after writing its checkpoint: EX_TEMPFAIL
+// of sysexits.h, "try again later". Distinct from an error (1) and from a process killed by a
+// signal (128 + N, which a shell or mpirun reports when nothing was saved), so a job script, or
+// Slurm's RequeueExit and a Kubernetes podFailurePolicy on exit codes, can requeue exactly the
+// runs that can continue with --resume latest.
+constexpr int kExitStopped = 75;
+
+const char* const kExitStatusHelp =
+    "\nexit status:\n"
+    "  0   the run completed\n"
+    "  1   an error (the message names it)\n"
+    "  75  SIGTERM or SIGINT stopped the run: every rank finished the same step and a\n"
+    "      checkpoint of it was written; continue with --resume latest. A second signal\n"
+    "      stops at once, without one (status 128 + the signal, 143 for SIGTERM).\n"
+    "      mpirun signals the ranks and kills them after odls_base_sigkill_timeout\n"
+    "      seconds each (default 1): give them time with\n"
+    "      mpirun --mca odls_base_sigkill_timeout 60 ... (docs/distributed.md)\n";
 
 // What every rank must agree on before the first step.
 boost::json::value agreement(const boost::json::value& run_config, const plexus::PluginHost& host,
@@ -68,7 +90,7 @@ int main(int argc, char** argv) {
       po::store(po::parse_command_line(argc, argv, options), vm);
       po::notify(vm);
       if (help) {
-        std::cout << options;
+        std::cout << options << kExitStatusHelp;
         return 0;
       }
       const plexus::distributed::LaunchEnv launch = plexus::distributed::LaunchEnv::from_process();
@@ -116,7 +138,25 @@ int main(int argc, char** argv) {
       trainer = std::make_unique<plexus::Trainer>(
           host, run_config, plexus::make_indexed_data_source(run_config), runtime.get());
       if (resume_dir) trainer->resume_from(*resume_dir);
-      const plexus::TrainResult result = trainer->run();
+      // From here on a stop signal is a request to checkpoint and stop; before, nothing has been
+      // trained, so it ends the process at once (the default action). Rank 0 acknowledges it.
+      const plexus::StopSignals stop_signals(runtime->rank() == 0);
+      plexus::TrainerEvents events;
+      events.stop_signal = &plexus::StopSignals::received;
+      const plexus::TrainResult result = trainer->run(events);
+      if (result.interrupted) {
+        if (runtime->rank() == 0)
+          std::cerr << "plexus-train: stopped by " << plexus::signal_name(result.interrupted->signal)
+                    << " after step " << result.interrupted->step << " of "
+                    << run_config.at("train").at("steps").to_number<int64_t>() << " (exit status "
+                    << kExitStopped << ")\n";
+        trainer.reset();
+        runtime.reset();
+        return kExitStopped;
+      }
+      if (const int late = plexus::StopSignals::received(); late != 0 && runtime->rank() == 0)
+        std::cerr << "plexus-train: " << plexus::signal_name(late)
+                  << " received as the run was finishing: it completed instead of stopping\n";
       if (runtime->rank() == 0) {
         std::cerr << "plexus-train: done: " << result.steps_done << " steps";
         if (result.final_val_loss) std::cerr << ", val_loss " << *result.final_val_loss;

@@ -220,7 +220,14 @@ TrainResult Trainer::run(const TrainerEvents& events) {
     if (t.sample_tokens > 0) text += "\n--- sample ---\n" + t.sample(step_done) + "\n--------------";
     progress.line(text);
   };
-  for (int64_t step = t.start_step; step < t.steps; ++step) {
+  int64_t saved_step = -1;  // the step of the checkpoint this run wrote last
+  const auto stopped_after = [&](int64_t done) {
+    const std::optional<Interruption> stop = t.agreed_stop(events, done);
+    if (stop) t.stop_run(*stop, saved_step, progress, result, events);
+    return stop.has_value();
+  };
+  const bool stopped_first = t.start_step < t.steps && stopped_after(t.start_step);
+  for (int64_t step = t.start_step; step < t.steps && !stopped_first; ++step) {
     const auto begin = std::chrono::steady_clock::now();
     t.model->parameters().zero_grads();
     // The step's global batch is dp_size x microbatches microbatches; this rank takes its
@@ -270,15 +277,26 @@ TrainResult Trainer::run(const TrainerEvents& events) {
       }
     }
     result.steps_done = done;
-    if (t.eval_interval > 0 && done % t.eval_interval == 0 && done != t.steps) report_eval(done);
-    if (t.checkpoint_interval > 0 && done % t.checkpoint_interval == 0 && done != t.steps)
+    // The last step needs no stop: the final evaluation and checkpoint follow at once.
+    if (done == t.steps) break;
+    if (stopped_after(done)) break;
+    bool slow_part = false;  // an evaluation or a checkpoint, during which a signal may arrive
+    if (t.eval_interval > 0 && done % t.eval_interval == 0) {
+      report_eval(done);
+      slow_part = true;
+    }
+    if (t.checkpoint_interval > 0 && done % t.checkpoint_interval == 0) {
       result.last_checkpoint = t.save_checkpoint(done);
+      saved_step = done;
+      slow_part = true;
+    }
+    if (slow_part && stopped_after(done)) break;
   }
   if (t.writer) progress.finish();
-  if (t.writer && t.profile && t.start_step < t.steps)
+  if (t.writer && t.profile && !result.losses.empty())
     progress.line("step profile (per step; on a GPU every part is synchronized, so steps are slower):\n" +
                   t.profile->table());
-  if (t.start_step < t.steps) {
+  if (!result.interrupted && t.start_step < t.steps) {
     report_eval(t.steps);
     result.last_checkpoint = t.save_checkpoint(t.steps);
     if (t.writer) progress.line("checkpoint: " + result.last_checkpoint.string());

@@ -3,10 +3,12 @@
 
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/gradient_reducer.hpp"
+#include "engine/progress.hpp"
 #include "plexus/core/engine/step_profile.hpp"
 #include "plexus/core/engine/trainer.hpp"
 #include "plexus/core/host_services.hpp"
@@ -51,6 +53,15 @@ struct Trainer::Impl {
   // trainer_checkpoint.cpp
   std::filesystem::path save_checkpoint(int64_t steps_done);
   void load_checkpoint(const std::filesystem::path& dir);
+  // trainer_stop.cpp
+  // Collective over the dp group when events.stop_signal is set: whether any rank asked to
+  // stop, the same answer on every rank. `steps_done` goes into it.
+  std::optional<Interruption> agreed_stop(const TrainerEvents& events, int64_t steps_done) const;
+  // Ends a run the ranks agreed to stop after stop.step steps: says so, writes a checkpoint of
+  // that step (unless saved_step is that step, or no step was trained) and the "interrupted"
+  // record, and fills result's interrupted and last_checkpoint. Collective, like a checkpoint.
+  void stop_run(const Interruption& stop, int64_t saved_step, detail::Progress& progress, TrainResult& result,
+                const TrainerEvents& events);
 };
 
 }  // namespace plexus

@@ -41,13 +41,29 @@ std::unique_ptr<DataSource> make_indexed_data_source(const boost::json::value& r
 struct TrainerEvents {
   // Called with each metrics record (also written to metrics.jsonl).
   std::function<void(const boost::json::object&)> on_metrics;
+  // Polled before the first step, after every step but the last, and after each evaluation or
+  // periodic checkpoint: a non-zero value (the number of a signal that asked the run to stop,
+  // see StopSignals::received) stops the run there. Under data parallelism every rank polls
+  // its own and the ranks agree by a collective (the largest value wins), so they all stop
+  // after the same step. The trainer then writes a checkpoint of that step (unless one was
+  // just written, or no step was run), an "interrupted" metrics record, and returns with
+  // TrainResult::interrupted set. Unset: the run is never stopped early.
+  std::function<int()> stop_signal;
+};
+
+// Why and where a run stopped before train.steps.
+struct Interruption {
+  int signal = 0;    // the agreed stop_signal value
+  int32_t rank = 0;  // the lowest data-parallel rank that asked to stop
+  int64_t step = 0;  // steps done when it stopped; the checkpoint, if any, is of this step
 };
 
 struct TrainResult {
   int64_t steps_done = 0;
   std::vector<double> losses;  // per step run in this invocation
   std::optional<double> final_val_loss;
-  std::filesystem::path last_checkpoint;
+  std::filesystem::path last_checkpoint;    // empty when none was written
+  std::optional<Interruption> interrupted;  // set when stop_signal stopped the run
 };
 
 class Trainer {

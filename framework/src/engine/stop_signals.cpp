@@ -1,0 +1,117 @@
+#include "plexus/core/engine/stop_signals.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <system_error>
+
+namespace plexus {
+namespace {
+
+// Read and written from any thread and from the handler: lock-free, so async-signal-safe.
+std::atomic<int> g_received{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+std::atomic<bool> g_installed{false};
+// What the handler writes on the first SIGTERM and SIGINT: composed at installation, because
+// the handler may not format or allocate. Empty: say nothing.
+char g_announce_term[192];
+char g_announce_int[192];
+
+void compose(char (&text)[192], const char* name, bool on_terminal) {
+  // On a terminal the progress line is live (no newline yet): start a line of our own.
+  std::snprintf(
+      text, sizeof text,
+      "%s%s received: finishing the current step, then writing a checkpoint; a second signal stops at "
+      "once, without one\n",
+      on_terminal ? "\n" : "", name);
+}
+
+void say(const char* text) noexcept {
+  // write() is async-signal-safe; a short or failed write of a courtesy message is ignored.
+  const ssize_t ignored = ::write(STDERR_FILENO, text, std::strlen(text));
+  (void)ignored;
+}
+
+extern "C" void on_stop_signal(int signal) {
+  const int saved_errno = errno;
+  int none = 0;
+  if (g_received.compare_exchange_strong(none, signal)) {  // the first: the trainer stops at its step's end
+    say(signal == SIGINT ? g_announce_int : g_announce_term);
+    errno = saved_errno;
+    return;
+  }
+  // The second: stop now. The default action of SIGTERM and SIGINT ends the process with that
+  // signal; the signal is blocked while its handler runs, so the re-raised one is delivered as
+  // the handler returns.
+  say(signal == SIGINT ? "\nsecond stop signal (SIGINT): stopping at once, without a checkpoint\n"
+                       : "\nsecond stop signal (SIGTERM): stopping at once, without a checkpoint\n");
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  ::sigaction(signal, &default_action, nullptr);
+  ::raise(signal);
+  errno = saved_errno;
+}
+
+void install(int signal, struct sigaction& previous) {
+  if (::sigaction(signal, nullptr, &previous) != 0)
+    throw std::system_error(errno, std::generic_category(),
+                            "cannot read the disposition of " + signal_name(signal));
+  // Ignored by whoever started the process (a shell script's `cmd &` ignores SIGINT, so that
+  // Ctrl-C in the terminal reaches only the foreground job): it stays ignored.
+  if ((previous.sa_flags & SA_SIGINFO) == 0 && previous.sa_handler == SIG_IGN) return;
+  struct sigaction action {};
+  action.sa_handler = &on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  // The other stop signal is held off while the handler runs, so two arriving together are
+  // still counted one after the other.
+  sigaddset(&action.sa_mask, signal == SIGTERM ? SIGINT : SIGTERM);
+  // Interrupted read/write/fsync calls are restarted instead of failing with EINTR: a
+  // checkpoint being written when the signal arrives is completed.
+  action.sa_flags = SA_RESTART;
+  if (::sigaction(signal, &action, &previous) != 0)
+    throw std::system_error(errno, std::generic_category(),
+                            "cannot install the handler of " + signal_name(signal));
+}
+
+}  // namespace
+
+StopSignals::StopSignals(bool announce) {
+  if (g_installed.exchange(true)) throw std::logic_error("StopSignals: a handler is installed already");
+  g_received.store(0);
+  g_announce_term[0] = g_announce_int[0] = '\0';
+  if (announce) {
+    const bool on_terminal = ::isatty(STDERR_FILENO) == 1;
+    compose(g_announce_term, "SIGTERM", on_terminal);
+    compose(g_announce_int, "SIGINT", on_terminal);
+  }
+  try {
+    install(SIGTERM, previous_term_);
+    install(SIGINT, previous_int_);
+  } catch (...) {
+    ::sigaction(SIGTERM, &previous_term_, nullptr);
+    g_installed.store(false);
+    throw;
+  }
+}
+
+StopSignals::~StopSignals() {
+  ::sigaction(SIGINT, &previous_int_, nullptr);
+  ::sigaction(SIGTERM, &previous_term_, nullptr);
+  g_installed.store(false);
+}
+
+int StopSignals::received() noexcept {
+  return g_received.load();
+}
+
+std::string signal_name(int signal) {
+  if (const char* abbreviation = ::sigabbrev_np(signal)) return std::string("SIG") + abbreviation;
+  return "signal " + std::to_string(signal);
+}
+
+}  // namespace plexus

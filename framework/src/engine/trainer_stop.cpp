@@ -1,0 +1,48 @@
+// Stopping a run early on request (TrainerEvents::stop_signal: SIGTERM or SIGINT for
+// plexus-train): the ranks agree at a step boundary, so that they all stop after the same step,
+// and the run ends with a checkpoint of that step, which --resume continues exactly.
+#include <boost/json.hpp>
+
+#include "engine/trainer_impl.hpp"
+#include "plexus/core/engine/stop_signals.hpp"
+
+namespace plexus {
+
+std::optional<Interruption> Trainer::Impl::agreed_stop(const TrainerEvents& events,
+                                                       int64_t steps_done) const {
+  if (!events.stop_signal) return std::nullopt;
+  const int mine = events.stop_signal();
+  // One scalar all-reduce per poll: a signal may reach one rank only (a user signalling one
+  // process), or the ranks during different steps, yet all must stop after the same one.
+  const auto agreed = static_cast<int>(over_ranks(mine, distributed::ReduceOp::max));
+  if (agreed == 0) return std::nullopt;
+  // Rare, so a second collective: the first rank that saw it, for the message.
+  const auto rank = static_cast<int32_t>(
+      over_ranks(static_cast<double>(mine != 0 ? dp_rank : dp_size), distributed::ReduceOp::min));
+  return Interruption{agreed, rank, steps_done};
+}
+
+void Trainer::Impl::stop_run(const Interruption& stop, int64_t saved_step, detail::Progress& progress,
+                             TrainResult& result, const TrainerEvents& events) {
+  const std::string name = signal_name(stop.signal);
+  const std::string received =
+      name + " received" + (dp_size > 1 ? " (first by rank " + std::to_string(stop.rank) + ")" : "");
+  const std::string step = std::to_string(stop.step);
+  const bool trained = stop.step > start_step;
+  if (writer)
+    progress.line(trained ? received + ": stopping after step " + step + ", writing a checkpoint"
+                          : received + " before the first step: nothing trained, nothing to save");
+  // A checkpoint of this step written a moment ago (the periodic one, during which the signal
+  // came) is the one to resume from; writing it again would only delay the exit.
+  if (trained && saved_step != stop.step) result.last_checkpoint = save_checkpoint(stop.step);
+  boost::json::object record{
+      {"event", "interrupted"}, {"step", stop.step}, {"signal", name}, {"rank", stop.rank}};
+  record["checkpoint"] = trained ? boost::json::value(result.last_checkpoint.string()) : nullptr;
+  write_metrics(record, events);
+  if (writer && trained)
+    progress.line("checkpoint: " + result.last_checkpoint.string() + " (step " + step +
+                  "); resume with --resume latest");
+  result.interrupted = stop;
+}
+
+}  // namespace plexus
