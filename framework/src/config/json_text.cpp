@@ -69,10 +69,18 @@ void append_value(std::string& out, const boost::json::value& value, int indent,
 std::string json_number_text(double value) {
   // JSON has no infinities or NaN; Boost's own spelling of them is kept so nothing changes there.
   if (!std::isfinite(value)) return boost::json::serialize(boost::json::value(value));
-  char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
-  if (result.ec != std::errc{}) return boost::json::serialize(boost::json::value(value));
-  std::string text(buffer, result.ptr);
+  // Python's repr rule: positional notation for decimal exponents from -4 to 15, scientific
+  // outside (0.0003, 123456.0, 1e-05, 1e+16); either way the fewest digits that read back.
+  char buffer[400];
+  const auto scientific = std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::scientific);
+  if (scientific.ec != std::errc{}) return boost::json::serialize(boost::json::value(value));
+  const std::string_view sci(buffer, static_cast<std::size_t>(scientific.ptr - buffer));
+  const int exponent = std::stoi(std::string(sci.substr(sci.find('e') + 1)));
+  std::string text(sci);
+  if (exponent >= -4 && exponent < 16) {
+    const auto fixed = std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed);
+    if (fixed.ec == std::errc{}) text.assign(buffer, fixed.ptr);
+  }
   if (text.find_first_of(".e") == std::string::npos) text += ".0";
   return text;
 }
