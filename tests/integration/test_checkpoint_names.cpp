@@ -25,8 +25,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// LayerNorm, so that the pre-norms have biases with TE names too.
-const std::string kModel = " --set model.normalization=\\\"LayerNorm\\\"";
+// LayerNorm, so that the pre-norms have biases with TE names too; 8 steps, split 4 + 4.
+const std::string kModel = " --set model.normalization=\\\"LayerNorm\\\" --set train.steps=8";
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -51,20 +51,20 @@ void expect_same_tensors(const fs::path& a_file, const fs::path& b_file, ck::Nam
   }
 }
 
-// Trains 10 steps writing `first` names, resumes for the other 10 under `second`; returns the
-// 20 losses and leaves the run in `out`.
+// Trains 4 steps writing `first` names, resumes for the other 4 under `second`; returns the 8
+// losses and leaves the run in `out`.
 std::vector<double> split_run(const TrainCorpus& corpus, const fs::path& out, const std::string& first,
                               const std::string& second) {
   const auto a = run_process(
-      corpus.train(out.string(), kModel + " --set checkpoint.interval=10 --set checkpoint.names=" + first));
+      corpus.train(out.string(), kModel + " --set checkpoint.interval=4 --set checkpoint.names=" + first));
   BOOST_TEST_REQUIRE(a.status == 0, a.output);
   std::vector<double> losses = step_losses(out / "metrics.jsonl");
-  losses.resize(10);
+  losses.resize(4);
   fs::remove(out / "metrics.jsonl");
-  fs::remove_all(out / "checkpoints" / "step_00000020");
+  fs::remove_all(out / "checkpoints" / "step_00000008");
   const auto b =
       run_process(corpus.train(out.string(), kModel + " --set checkpoint.names=" + second + " --resume " +
-                                                 quote((out / "checkpoints" / "step_00000010").string())));
+                                                 quote((out / "checkpoints" / "step_00000004").string())));
   BOOST_TEST_REQUIRE(b.status == 0, b.output);
   for (double l : step_losses(out / "metrics.jsonl")) losses.push_back(l);
   return losses;
@@ -78,15 +78,15 @@ BOOST_AUTO_TEST_CASE(te_names_are_written_and_both_spellings_resume_exactly) {
   const auto run = run_process(corpus.train(straight.string(), kModel));
   BOOST_TEST_REQUIRE(run.status == 0, run.output);
   const std::vector<double> expected = step_losses(straight / "metrics.jsonl");
-  BOOST_TEST_REQUIRE(expected.size() == 20u);
-  const fs::path straight_model = straight / "checkpoints" / "step_00000020" / "model.safetensors";
-  const fs::path straight_optimizer = straight / "checkpoints" / "step_00000020" / "optimizer.safetensors";
+  BOOST_TEST_REQUIRE(expected.size() == 8u);
+  const fs::path straight_model = straight / "checkpoints" / "step_00000008" / "model.safetensors";
+  const fs::path straight_optimizer = straight / "checkpoints" / "step_00000008" / "optimizer.safetensors";
 
   // TE names written, resumed under local.
   const auto te_first = corpus.dir.path() / "te_first";
   BOOST_TEST(split_run(corpus, te_first, "te", "local") == expected, boost::test_tools::per_element());
   const auto te_model =
-      ck::SafetensorsFile::open(te_first / "checkpoints" / "step_00000010" / "model.safetensors");
+      ck::SafetensorsFile::open(te_first / "checkpoints" / "step_00000004" / "model.safetensors");
   for (const std::string layer : {"decoder.layers.0.", "decoder.layers.1."}) {
     for (const std::string name :
          {"self_attention.linear_qkv.layer_norm_weight", "self_attention.linear_qkv.layer_norm_bias",
@@ -98,22 +98,22 @@ BOOST_AUTO_TEST_CASE(te_names_are_written_and_both_spellings_resume_exactly) {
   }
   BOOST_TEST(te_model.contains("decoder.final_layernorm.weight"));  // one spelling in both specs
   const auto te_optimizer =
-      ck::SafetensorsFile::open(te_first / "checkpoints" / "step_00000010" / "optimizer.safetensors");
+      ck::SafetensorsFile::open(te_first / "checkpoints" / "step_00000004" / "optimizer.safetensors");
   BOOST_TEST(te_optimizer.contains("decoder.layers.1.mlp.linear_fc1.layer_norm_bias.exp_avg_sq"));
   // Its continuation under local writes what the straight run wrote.
-  expect_same_tensors(straight_model, te_first / "checkpoints" / "step_00000020" / "model.safetensors",
+  expect_same_tensors(straight_model, te_first / "checkpoints" / "step_00000008" / "model.safetensors",
                       ck::NameStyle::local);
   expect_same_tensors(straight_optimizer,
-                      te_first / "checkpoints" / "step_00000020" / "optimizer.safetensors",
+                      te_first / "checkpoints" / "step_00000008" / "optimizer.safetensors",
                       ck::NameStyle::local);
 
   // Local names written, resumed under te: the same run, written with TE names.
   const auto local_first = corpus.dir.path() / "local_first";
   BOOST_TEST(split_run(corpus, local_first, "local", "te") == expected, boost::test_tools::per_element());
-  expect_same_tensors(straight_model, local_first / "checkpoints" / "step_00000020" / "model.safetensors",
+  expect_same_tensors(straight_model, local_first / "checkpoints" / "step_00000008" / "model.safetensors",
                       ck::NameStyle::te);
   expect_same_tensors(straight_optimizer,
-                      local_first / "checkpoints" / "step_00000020" / "optimizer.safetensors",
+                      local_first / "checkpoints" / "step_00000008" / "optimizer.safetensors",
                       ck::NameStyle::te);
 }
 

@@ -99,25 +99,26 @@ BOOST_AUTO_TEST_CASE(earlier_layout_resumes_exactly_with_a_notice) {
       TrainCorpus corpus;
       const std::string model = kMhc + " --set mhc.num_residual_streams=" + std::to_string(size.n) +
                                 " --set model.hidden_size=" + std::to_string(size.c) +
-                                " --set model.num_attention_heads=" + std::to_string(size.heads);
+                                " --set model.num_attention_heads=" + std::to_string(size.heads) +
+                                " --set train.steps=8";  // split 4 + 4
       const auto straight = corpus.dir.path() / "straight";
       const auto split = corpus.dir.path() / "split";
       const auto earlier = corpus.dir.path() / "earlier";
       BOOST_TEST_REQUIRE(run_process(corpus.train(straight.string(), model)).status == 0);
       const std::vector<double> expected = step_losses(straight / "metrics.jsonl");
-      BOOST_TEST_REQUIRE(expected.size() == 20u);
+      BOOST_TEST_REQUIRE(expected.size() == 8u);
       BOOST_TEST_REQUIRE(
-          run_process(corpus.train(split.string(), model + " --set checkpoint.interval=10")).status == 0);
+          run_process(corpus.train(split.string(), model + " --set checkpoint.interval=4")).status == 0);
       std::vector<double> first = step_losses(split / "metrics.jsonl");
-      first.resize(10);
+      first.resize(4);
       fs::remove(split / "metrics.jsonl");
-      fs::remove_all(split / "checkpoints" / "step_00000020");
+      fs::remove_all(split / "checkpoints" / "step_00000008");
       fs::copy(split, earlier, fs::copy_options::recursive);
-      to_earlier_layout(earlier / "checkpoints" / "step_00000010");
+      to_earlier_layout(earlier / "checkpoints" / "step_00000004");
 
       // The current layout: the key says phi is stored transposed, even when it is square.
       const auto current = run_process(corpus.train(
-          split.string(), model + " --resume " + quote((split / "checkpoints" / "step_00000010").string())));
+          split.string(), model + " --resume " + quote((split / "checkpoints" / "step_00000004").string())));
       BOOST_TEST_REQUIRE(current.status == 0, current.output);
       BOOST_TEST(count_lines_with(current.output, kNotice) == 0u, current.output);
       std::vector<double> losses = first;
@@ -125,7 +126,7 @@ BOOST_AUTO_TEST_CASE(earlier_layout_resumes_exactly_with_a_notice) {
       BOOST_TEST(losses == expected, boost::test_tools::per_element());
 
       // The earlier layout: read as it is, with one line naming the checkpoint and phi.
-      const auto old_dir = earlier / "checkpoints" / "step_00000010";
+      const auto old_dir = earlier / "checkpoints" / "step_00000004";
       const auto resumed =
           run_process(corpus.train(earlier.string(), model + " --resume " + quote(old_dir.string())));
       BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
@@ -142,8 +143,8 @@ BOOST_AUTO_TEST_CASE(earlier_layout_resumes_exactly_with_a_notice) {
       BOOST_TEST(losses == expected, boost::test_tools::per_element());
       // It goes on in Megatron's layout: the next checkpoint is the straight run's.
       for (const char* file : {"model.safetensors", "optimizer.safetensors"})
-        expect_identical(straight / "checkpoints" / "step_00000020" / file,
-                         earlier / "checkpoints" / "step_00000020" / file);
+        expect_identical(straight / "checkpoints" / "step_00000008" / file,
+                         earlier / "checkpoints" / "step_00000008" / file);
     }
   }
 }

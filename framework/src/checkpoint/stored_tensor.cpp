@@ -73,7 +73,8 @@ void transpose(std::span<const std::byte> src, std::int64_t rows, std::int64_t c
   if (rows < 0 || cols < 0)
     throw std::invalid_argument("transpose: negative shape [" + std::to_string(rows) + ", " +
                                 std::to_string(cols) + "]");
-  const auto r = static_cast<std::size_t>(rows), c = static_cast<std::size_t>(cols);
+  const auto r = static_cast<std::size_t>(rows);
+  const auto c = static_cast<std::size_t>(cols);
   const std::size_t bytes = r * c * element_size;
   if (src.size() != bytes || dst.size() != bytes)
     throw std::invalid_argument("transpose: [" + std::to_string(rows) + ", " + std::to_string(cols) +

@@ -171,7 +171,8 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
   std::vector<std::pair<std::string, Tensor*>> parameters;
   for (std::size_t i = 0; i < params.size(); ++i) parameters.emplace_back(params[i].name, &params[i].value);
   const auto moments = optimizer->state_tensors();
-  std::vector<std::string> earlier_parameters, earlier_moments;
+  std::vector<std::string> earlier_parameters;
+  std::vector<std::string> earlier_moments;
   const auto stored_parameters = locate_all(loaded.model, parameters, checkpoint_names, earlier_parameters);
   const auto stored_moments = locate_all(loaded.optimizer, moments, checkpoint_names, earlier_moments);
   for (std::size_t i = 0; i < parameters.size(); ++i)
