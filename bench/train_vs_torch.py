@@ -143,9 +143,11 @@ def main():
 
     config = resolved_config(args)
     m = config["model"]
-    # 0 means "derive", as in the engine: as many query groups as heads, an FFN of 4C.
+    # 0 means "derive", as in the engine: as many query groups as heads, Megatron's default FFN
+    # width (4C, or with swiglu int(8C / 3 / 64) * 64).
     m["num_query_groups"] = m["num_query_groups"] or m["num_attention_heads"]
-    m["ffn_hidden_size"] = m["ffn_hidden_size"] or 4 * m["hidden_size"]
+    swiglu_ffn = int((4 * m["hidden_size"] * 2 / 3) / 64) * 64
+    m["ffn_hidden_size"] = m["ffn_hidden_size"] or (swiglu_ffn if m["activation"] == "swiglu" else 4 * m["hidden_size"])
     t = config["train"]
     tokens_per_step = t["micro_batch_size"] * m["seq_length"] * t["microbatches"]
     runs = {"plexus": [], "torch": []}

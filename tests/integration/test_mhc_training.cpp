@@ -52,8 +52,8 @@ BOOST_AUTO_TEST_CASE(trains_and_checkpoints_the_connection_under_its_names) {
     for (const std::string sub : {"self_attention_hyper_connection.", "mlp_hyper_connection."}) {
       const std::string prefix = layer + sub;
       BOOST_TEST_REQUIRE(model.contains(prefix + "mapping_proj.weight"), prefix);
-      // phi is [n*C, n*n + 2n] = [4 * 32, 24]
-      BOOST_TEST(shape_of(model, prefix + "mapping_proj.weight") == (std::vector<int64_t>{128, 24}));
+      // phi is stored as Megatron's nn.Linear(n*C, n*n + 2n) holds its weight: [24, 4 * 32]
+      BOOST_TEST(shape_of(model, prefix + "mapping_proj.weight") == (std::vector<int64_t>{24, 128}));
       for (const char* name : {"alpha_pre", "alpha_post", "alpha_res"})
         BOOST_TEST(shape_of(model, prefix + name) == (std::vector<int64_t>{1}), prefix + name);
       BOOST_TEST(shape_of(model, prefix + "bias") == (std::vector<int64_t>{24}));

@@ -176,7 +176,8 @@ std::string checkpoint_dir_name(std::int64_t step) {
 }
 
 fs::path write_checkpoint(const fs::path& root, std::int64_t step, std::span<const TensorData> model_tensors,
-                          std::span<const TensorData> optimizer_tensors, const boost::json::value& state) {
+                          std::span<const TensorData> optimizer_tensors, const boost::json::value& state,
+                          const std::map<std::string, std::string>& metadata) {
   if (step < 0) throw std::invalid_argument("checkpoint step must be >= 0, got " + std::to_string(step));
   // Everything that can be refused without touching the disk is refused first.
   SafetensorsWriter model;
@@ -184,8 +185,10 @@ fs::path write_checkpoint(const fs::path& root, std::int64_t step, std::span<con
   for (const auto& t : model_tensors) model.add(t);
   for (const auto& t : optimizer_tensors) optimizer.add(t);
   const std::string step_text = std::to_string(step);
-  model.set_metadata("plexus.step", step_text);
-  optimizer.set_metadata("plexus.step", step_text);
+  for (auto* file : {&model, &optimizer}) {
+    for (const auto& [key, value] : metadata) file->set_metadata(key, value);
+    file->set_metadata("plexus.step", step_text);
+  }
 
   std::error_code ec;
   const bool created = fs::create_directories(root, ec);

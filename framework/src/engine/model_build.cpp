@@ -145,7 +145,8 @@ void Model::build_unit(const LayerSource& source, UnitRole role, const std::stri
 
 // The connection's own parameters (mhc.md): phi [n*C, n*n + 2n] Xavier-uniform, the three gates
 // (scalars) at init_gating_factor and the bias b [n*n + 2n] at zero; gates and bias without
-// weight decay.
+// weight decay. phi is held as the "mhc" family takes it; checkpoints store its transpose, the
+// layout of Megatron's nn.Linear (checkpoint/stored_tensor.hpp).
 void Model::declare_mhc_parameters(Unit& unit, const std::string& prefix) {
   const int64_t n = settings_.mhc.streams, c = settings_.hidden_size, width = n * n + 2 * n;
   const auto declare = [&](const char* name, std::initializer_list<int64_t> dims, uint32_t init, double a,

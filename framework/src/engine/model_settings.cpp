@@ -7,6 +7,19 @@
 
 namespace plexus {
 
+namespace {
+
+// Megatron-LM's default MLP width (megatron/training/arguments.py): 4 * hidden_size, or with
+// SwiGLU, whose first projection is two matrices, two thirds of that, rounded down to a multiple
+// of 64: int((4 * h * 2 / 3) / 64) * 64 in Python. In integers the two truncating divisions
+// give the same value for every h (8h/3 is never within float rounding of a multiple of 64
+// without being one).
+int64_t megatron_ffn_hidden_size(int64_t hidden_size, bool swiglu) {
+  return swiglu ? (4 * hidden_size * 2 / 3) / 64 * 64 : 4 * hidden_size;
+}
+
+}  // namespace
+
 ModelSettings ModelSettings::from_run_config(const boost::json::value& run_config) {
   const boost::json::object& model = run_config.at("model").as_object();
   ModelSettings s;
@@ -16,7 +29,9 @@ ModelSettings ModelSettings::from_run_config(const boost::json::value& run_confi
   s.num_layers = get("num_layers");
   s.num_attention_heads = get("num_attention_heads");
   s.num_query_groups = get("num_query_groups") == 0 ? s.num_attention_heads : get("num_query_groups");
-  s.ffn_hidden_size = get("ffn_hidden_size") == 0 ? 4 * s.hidden_size : get("ffn_hidden_size");
+  const bool swiglu = model.at("activation").as_string() == "swiglu";
+  s.ffn_hidden_size =
+      get("ffn_hidden_size") == 0 ? megatron_ffn_hidden_size(s.hidden_size, swiglu) : get("ffn_hidden_size");
   s.seq_length = get("seq_length");
   s.tied = !model.at("untie_embeddings_and_output_weights").as_bool();
   if (const auto* run = run_config.as_object().if_contains("run"); run != nullptr) {
@@ -29,6 +44,12 @@ ModelSettings ModelSettings::from_run_config(const boost::json::value& run_confi
     throw config::ConfigError("model.num_attention_heads", "must divide model.hidden_size (" +
                                                                std::to_string(s.hidden_size) + "), got " +
                                                                std::to_string(s.num_attention_heads));
+  if (s.ffn_hidden_size == 0)
+    throw config::ConfigError(
+        "model.ffn_hidden_size",
+        "0 derives Megatron's SwiGLU default int(8 * hidden_size / 3 / 64) * 64, which is 0 "
+        "for model.hidden_size " +
+            std::to_string(s.hidden_size) + " (below 24): set the MLP width");
   if (s.num_attention_heads % s.num_query_groups != 0)
     throw config::ConfigError("model.num_query_groups", "must divide model.num_attention_heads (" +
                                                             std::to_string(s.num_attention_heads) +

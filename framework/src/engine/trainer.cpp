@@ -60,6 +60,11 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   t.log_interval = get_int(rc, "train", "log_interval");
   t.checkpoint_interval = get_int(rc, "checkpoint", "interval");
   t.keep_last = get_int(rc, "checkpoint", "keep_last");
+  const std::string names(rc.at("checkpoint").at("names").as_string());
+  const auto style = checkpoint::parse_name_style(names);
+  if (!style)
+    throw config::ConfigError("checkpoint.names", "expected \"local\" or \"te\", got \"" + names + "\"");
+  t.checkpoint_names = *style;
   t.sample_tokens = get_int(rc, "sample", "tokens");
   t.sample_temperature = rc.at("sample").at("temperature").to_number<double>();
   t.sample_prompt = std::string(rc.at("sample").at("prompt").as_string());

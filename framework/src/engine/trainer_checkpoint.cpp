@@ -1,13 +1,16 @@
-// Saving and resuming a run. A checkpoint holds the parameters under their Megatron-style names
-// (model.safetensors), the AdamW moments (optimizer.safetensors) and state.json: the step, the
-// data position and the whole run config. Because every random number is counter-based and
-// the data position is a function of the step, resuming continues the run exactly.
+// Saving and resuming a run. A checkpoint holds the parameters under their Megatron names and in
+// Megatron's layouts (model.safetensors; spelled as checkpoint.names says, read in either
+// spelling: checkpoint/stored_tensor.hpp), the AdamW moments likewise (optimizer.safetensors)
+// and state.json: the step, the data position and the whole run config. Because every random
+// number is counter-based and the data position is a function of the step, resuming continues
+// the run exactly.
 #include <boost/json.hpp>
 #include <cstring>
 #include <deque>
 
 #include "engine/trainer_impl.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
+#include "plexus/core/checkpoint/stored_tensor.hpp"
 #include "plexus/core/config.hpp"
 #include "plexus/core/engine/decoder_plan.hpp"
 #include "plexus/core/run_config.hpp"
@@ -17,23 +20,77 @@
 namespace plexus {
 namespace {
 
-// The bytes of a tensor for the writer: its own memory on the CPU, a host copy (kept alive in
-// `staged`) on a device.
-checkpoint::TensorData tensor_data(const std::string& name, const Tensor& t, std::deque<Tensor>& staged) {
+// The bytes of a tensor for the writer, as `form` stores it: its own memory on the CPU, a host
+// copy on a device, transposed where the checkpoint's layout differs from memory (copies are
+// kept alive in `staged`).
+checkpoint::TensorData tensor_data(const checkpoint::StoredTensor& form, const Tensor& t,
+                                   std::deque<Tensor>& staged) {
   const Tensor* host = &t;
   if (t.device().device_type != kDLCPU) {
     staged.push_back(t.to(DLDevice{kDLCPU, 0}));
     host = &staged.back();
   }
-  return checkpoint::TensorData{name,
+  if (form.transposed) {
+    Tensor& stored = staged.emplace_back(form.shape, host->dtype());
+    checkpoint::transpose({static_cast<const std::byte*>(host->raw()), host->bytes()}, host->shape()[0],
+                          host->shape()[1], sizeof(float),
+                          {static_cast<std::byte*>(stored.raw()), stored.bytes()});
+    host = &stored;
+  }
+  return checkpoint::TensorData{form.name,
                                 checkpoint::DType::f32,
                                 host->shape(),
                                 {static_cast<const std::byte*>(host->raw()), host->bytes()}};
 }
 
-void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file, const std::string& name) {
-  const auto view = file.tensor(name);  // shapes were checked first
-  device::copy(into.raw(), into.device(), view.bytes.data(), DLDevice{kDLCPU, 0}, into.bytes());
+checkpoint::TensorData tensor_data(const std::string& name, const Tensor& t, checkpoint::NameStyle style,
+                                   std::deque<Tensor>& staged) {
+  return tensor_data(checkpoint::stored_form(name, t.shape(), style), t, staged);
+}
+
+void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file,
+               const checkpoint::StoredTensor& stored) {
+  const auto view = file.tensor(stored.name);  // shapes were checked first
+  if (!stored.transposed) {
+    device::copy(into.raw(), into.device(), view.bytes.data(), DLDevice{kDLCPU, 0}, into.bytes());
+    return;
+  }
+  Tensor host(into.shape(), into.dtype());
+  checkpoint::transpose(view.bytes, stored.shape[0], stored.shape[1], sizeof(float),
+                        {static_cast<std::byte*>(host.raw()), host.bytes()});
+  device::copy(into.raw(), into.device(), host.raw(), DLDevice{kDLCPU, 0}, into.bytes());
+}
+
+// Where each of `tensors` is in `file` (either spelling, either layout of phi), checked against
+// what the model expects; the tensors in phi's earlier layout are added to `earlier`.
+std::vector<checkpoint::StoredTensor> locate_all(const checkpoint::SafetensorsFile& file,
+                                                 const std::vector<std::pair<std::string, Tensor*>>& tensors,
+                                                 checkpoint::NameStyle style,
+                                                 std::vector<std::string>& earlier) {
+  std::vector<checkpoint::StoredTensor> found;
+  std::vector<checkpoint::ExpectedTensor> expected;
+  for (const auto& [name, tensor] : tensors) {
+    found.push_back(checkpoint::locate(file, name, tensor->shape(), style));
+    expected.push_back({found.back().name, found.back().shape, checkpoint::DType::f32});
+    if (found.back().earlier_layout) earlier.push_back(found.back().name);
+  }
+  checkpoint::expect_tensors_match(file, expected);
+  return found;
+}
+
+// One line for a checkpoint holding phi as earlier versions wrote it: read as it is, and
+// written in Megatron's layout from the next checkpoint on.
+void report_earlier_layout(const std::filesystem::path& dir, const std::vector<std::string>& parameters,
+                           const std::vector<std::string>& moments) {
+  const std::vector<std::string>& names = parameters.empty() ? moments : parameters;
+  if (names.empty()) return;
+  log_warn("trainer", "checkpoint " + dir.string() + ": " + names.front() +
+                          (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more" : "") +
+                          (parameters.empty() ? " optimizer moments" : " mHC projections") +
+                          (!parameters.empty() && !moments.empty() ? " (and their optimizer moments)" : "") +
+                          " are stored [n*C, n*n+2n], the layout of checkpoints written before \"" +
+                          checkpoint::kLinearLayoutKey +
+                          "\" existed: read in that layout; new checkpoints store Megatron's [n*n+2n, n*C]");
 }
 
 }  // namespace
@@ -49,17 +106,18 @@ std::filesystem::path Trainer::Impl::save_checkpoint(int64_t steps_done) {
   std::deque<Tensor> staged;  // host copies of device tensors, alive (and unmoved) until written
   ParameterStore& params = model->parameters();
   for (std::size_t i = 0; i < params.size(); ++i)
-    model_tensors.push_back(tensor_data(params[i].name, params[i].value, staged));
+    model_tensors.push_back(tensor_data(params[i].name, params[i].value, checkpoint_names, staged));
   std::vector<checkpoint::TensorData> optimizer_tensors;
   for (const auto& [name, tensor] : optimizer->state_tensors())
-    optimizer_tensors.push_back(tensor_data(name, *tensor, staged));
+    optimizer_tensors.push_back(tensor_data(name, *tensor, checkpoint_names, staged));
   const boost::json::object state{{"format", "plexus-checkpoint-1"},
                                   {"step", steps_done},
                                   {"data_position", steps_done * dp_size * microbatches * micro_batch_size},
                                   {"global_microbatches", dp_size * microbatches},
                                   {"config", run_config}};
   std::filesystem::path dir =
-      checkpoint::write_checkpoint(root, steps_done, model_tensors, optimizer_tensors, state);
+      checkpoint::write_checkpoint(root, steps_done, model_tensors, optimizer_tensors, state,
+                                   {{checkpoint::kLinearLayoutKey, checkpoint::kLinearLayoutOutIn}});
   for (const auto& removed : checkpoint::prune_checkpoints(root, keep_last))
     Logger::global().log(LogLevel::debug, "trainer", "removed old checkpoint " + removed.string());
   barrier();
@@ -154,15 +212,18 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
     throw CheckpointError(dir,
                           "the checkpoint is of a different model than this run's config:" + differences);
   ParameterStore& params = model->parameters();
-  std::vector<checkpoint::ExpectedTensor> expected_model, expected_optimizer;
-  for (std::size_t i = 0; i < params.size(); ++i)
-    expected_model.push_back({params[i].name, params[i].value.shape(), checkpoint::DType::f32});
-  for (const auto& [name, tensor] : optimizer->state_tensors())
-    expected_optimizer.push_back({name, tensor->shape(), checkpoint::DType::f32});
-  checkpoint::expect_tensors_match(loaded.model, expected_model);
-  checkpoint::expect_tensors_match(loaded.optimizer, expected_optimizer);
-  for (std::size_t i = 0; i < params.size(); ++i) copy_into(params[i].value, loaded.model, params[i].name);
-  for (const auto& [name, tensor] : optimizer->state_tensors()) copy_into(*tensor, loaded.optimizer, name);
+  std::vector<std::pair<std::string, Tensor*>> parameters;
+  for (std::size_t i = 0; i < params.size(); ++i) parameters.emplace_back(params[i].name, &params[i].value);
+  const auto moments = optimizer->state_tensors();
+  std::vector<std::string> earlier_parameters;
+  std::vector<std::string> earlier_moments;
+  const auto stored_parameters = locate_all(loaded.model, parameters, checkpoint_names, earlier_parameters);
+  const auto stored_moments = locate_all(loaded.optimizer, moments, checkpoint_names, earlier_moments);
+  for (std::size_t i = 0; i < parameters.size(); ++i)
+    copy_into(*parameters[i].second, loaded.model, stored_parameters[i]);
+  for (std::size_t i = 0; i < moments.size(); ++i)
+    copy_into(*moments[i].second, loaded.optimizer, stored_moments[i]);
+  report_earlier_layout(dir, earlier_parameters, earlier_moments);
   start_step = loaded.step;
   if (start_step > steps)
     throw CheckpointError(dir.string(), "checkpoint is at step " + std::to_string(start_step) +

@@ -9,6 +9,7 @@
 
 #include "engine/gradient_reducer.hpp"
 #include "engine/progress.hpp"
+#include "plexus/core/checkpoint/tensor_names.hpp"
 #include "plexus/core/engine/step_profile.hpp"
 #include "plexus/core/engine/trainer.hpp"
 #include "plexus/core/host_services.hpp"
@@ -27,6 +28,7 @@ struct Trainer::Impl {
   int64_t steps = 0, microbatches = 1, micro_batch_size = 1, seq_length = 1;
   int64_t eval_interval = 0, eval_iters = 1, log_interval = 1;
   int64_t checkpoint_interval = 0, keep_last = 1;
+  checkpoint::NameStyle checkpoint_names = checkpoint::NameStyle::local;  // how checkpoints spell names
   int64_t sample_tokens = 0;
   double sample_temperature = 1.0;
   std::string sample_prompt;

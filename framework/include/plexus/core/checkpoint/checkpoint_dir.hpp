@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -44,11 +45,13 @@ inline constexpr const char* kCompleteMarker = "COMPLETE";
 // checkpoint of the same step that already exists is replaced atomically (the old one stays
 // whole until the new one is complete). On failure nothing named step_* is created or changed
 // and the partial directory is removed. Throws std::invalid_argument for a negative step or
-// invalid tensors (see SafetensorsWriter::add), CheckpointError for I/O failures.
+// invalid tensors (see SafetensorsWriter::add), CheckpointError for I/O failures. Both
+// safetensors files carry "plexus.step" and the entries of `metadata` in their "__metadata__".
 std::filesystem::path write_checkpoint(const std::filesystem::path& root, std::int64_t step,
                                        std::span<const TensorData> model_tensors,
                                        std::span<const TensorData> optimizer_tensors,
-                                       const boost::json::value& state);
+                                       const boost::json::value& state,
+                                       const std::map<std::string, std::string>& metadata = {});
 
 struct CheckpointInfo {
   std::int64_t step = 0;
