@@ -76,13 +76,16 @@ std::string json_number_text(double value) {
   if (scientific.ec != std::errc{}) return boost::json::serialize(boost::json::value(value));
   const std::string_view sci(buffer, static_cast<std::size_t>(scientific.ptr - buffer));
   const int exponent = std::stoi(std::string(sci.substr(sci.find('e') + 1)));
-  std::string text(sci);
-  if (exponent >= -4 && exponent < 16) {
-    const auto fixed = std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed);
-    if (fixed.ec == std::errc{}) text.assign(buffer, fixed.ptr);
-  }
-  if (text.find_first_of(".e") == std::string::npos) text += ".0";
-  return text;
+  const std::string scientific_text(sci);
+  if (exponent < -4 || exponent >= 16) return scientific_text;
+  const auto fixed = std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed);
+  if (fixed.ec != std::errc{}) return scientific_text;
+  std::string text(buffer, fixed.ptr);
+  if (text.find('.') != std::string::npos) return text;
+  // An integral value keeps a fraction so it reads back as a double. Past 15 digits that extra
+  // digit would take Boost.JSON's parser off its exact path, so such a value stays scientific.
+  const std::size_t digits = text.size() - (text.front() == '-' ? 1 : 0);
+  return digits < 16 ? text + ".0" : scientific_text;
 }
 
 std::string json_text(const boost::json::value& value, int indent) {
