@@ -9,10 +9,35 @@ namespace plexus::data {
 namespace {
 
 template <typename T>
+T load_raw(const std::byte* data, std::size_t index) noexcept {
+  T value;
+  std::memcpy(&value, data + index * sizeof(T), sizeof(T));
+  return value;
+}
+
+template <typename T>
 int64_t load(const std::byte* data, std::size_t index) noexcept {
   T value;
   std::memcpy(&value, data + index * sizeof(T), sizeof(T));
   return static_cast<int64_t>(value);
+}
+
+template <typename T>
+TokenView::IdRange range_of(const std::byte* data, std::size_t count) noexcept {
+  TokenView::IdRange range;
+  if (count == 0) return range;
+  // Per-thread chunks of a plain min/max loop, which the compiler vectorizes; memcpy per
+  // element keeps unaligned reads defined (Megatron does not align sequences).
+  T lo = load_raw<T>(data, 0), hi = lo;
+#pragma omp parallel for reduction(min : lo) reduction(max : hi) schedule(static)
+  for (std::size_t i = 0; i < count; ++i) {
+    const T v = load_raw<T>(data, i);
+    lo = v < lo ? v : lo;
+    hi = v > hi ? v : hi;
+  }
+  range.min = static_cast<int64_t>(lo);
+  range.max = static_cast<int64_t>(hi);
+  return range;
 }
 
 template <typename T>
@@ -58,6 +83,18 @@ void TokenView::copy_to(std::size_t offset, std::span<int64_t> out) const {
     case TokenDtype::int32: convert<int32_t>(part.data_, part.count_, out.data()); break;
     case TokenDtype::int64: std::memcpy(out.data(), part.data_, part.count_ * sizeof(int64_t)); break;
     default: break;
+  }
+}
+
+TokenView::IdRange TokenView::id_range() const noexcept {
+  switch (dtype_) {
+    case TokenDtype::uint8: return range_of<uint8_t>(data_, count_);
+    case TokenDtype::int8: return range_of<int8_t>(data_, count_);
+    case TokenDtype::int16: return range_of<int16_t>(data_, count_);
+    case TokenDtype::uint16: return range_of<uint16_t>(data_, count_);
+    case TokenDtype::int32: return range_of<int32_t>(data_, count_);
+    case TokenDtype::int64: return range_of<int64_t>(data_, count_);
+    default: return {};
   }
 }
 
