@@ -5,6 +5,7 @@
 #include <queue>
 
 #include "data/bpe_state.hpp"
+#include "plexus/core/data/indexed_dataset.hpp"
 
 namespace plexus::data {
 namespace {
@@ -52,8 +53,19 @@ void split_literal(const std::string& literal, const std::string& piece, std::ve
   if (previous < piece.size()) out.push_back(piece.substr(previous));
 }
 
-// The pre-tokenizer on one segment that is not an added token.
+std::vector<std::string> pre_tokenize_unchecked(const BpeTokenizer::State& s, std::string_view segment);
+
+// The pre-tokenizer on one segment that is not an added token. A pattern that backtracks
+// without end on this text is a DataError naming the tokenizer.
 std::vector<std::string> pre_tokenize(const BpeTokenizer::State& s, std::string_view segment) {
+  try {
+    return pre_tokenize_unchecked(s, segment);
+  } catch (const RegexError& e) {
+    throw DataError(s.source, s.source + ": pre_tokenizer: " + e.what());
+  }
+}
+
+std::vector<std::string> pre_tokenize_unchecked(const BpeTokenizer::State& s, std::string_view segment) {
   std::vector<std::string> pieces{std::string(segment)};
   std::vector<std::string> next;
   for (const SplitStep& step : s.pre.splits) {

@@ -35,8 +35,9 @@ std::optional<AddedTokenMatcher::Match> AddedTokenMatcher::find(std::string_view
   return std::nullopt;
 }
 
-void BpeTokenizer::State::build(const std::string& source) {
-  const auto fail = [&](const std::string& message) { throw DataError(source, source + ": " + message); };
+void BpeTokenizer::State::build(const std::string& file) {
+  source = file;
+  const auto fail = [&](const std::string& message) { throw DataError(file, file + ": " + message); };
   int64_t largest = static_cast<int64_t>(vocab.size()) - 1;
   for (const AddedToken& token : added) largest = std::max<int64_t>(largest, token.id);
   size = largest + 1;

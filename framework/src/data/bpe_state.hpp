@@ -65,6 +65,7 @@ struct BpeTokenizer::State {
   bool byte_fallback = false;
 
   // ---- derived by build() ---------------------------------------------------------------------
+  std::string source;                                    // the file, for messages
   int64_t size = 0;                                      // largest id + 1
   std::unordered_map<std::string, int32_t> vocab_ids;    // token string -> id (model.vocab)
   std::unordered_map<std::string, int32_t> bytes_ids;    // raw bytes -> id (byte-alphabet tokens)
@@ -83,9 +84,9 @@ struct BpeTokenizer::State {
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
 
-  // Derives the tables. Checks what the readers cannot have checked already; `source` names
-  // the file in a DataError.
-  void build(const std::string& source);
+  // Derives the tables. Checks what the readers cannot have checked already; `file` names
+  // the tokenizer in a DataError.
+  void build(const std::string& file);
 
   static uint64_t pair_key(int32_t a, int32_t b) noexcept {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);

@@ -1,4 +1,5 @@
 // JsonFields: typed tokenizer.json reads with messages naming the file and the field.
+#include <cstdio>
 #include <limits>
 
 #include "data/tokenizer_json_fields.hpp"
@@ -11,6 +12,11 @@ void JsonFields::fail(const std::string& path, const std::string& message) const
 }
 
 std::string JsonFields::show(const boost::json::value& value) {
+  if (value.is_double()) {  // 0.1, not Boost's 1E-1
+    char number[32];
+    std::snprintf(number, sizeof number, "%g", value.get_double());
+    return number;
+  }
   std::string text = boost::json::serialize(value);
   if (text.size() > 60) text = text.substr(0, 57) + "...";
   return text;
