@@ -1,6 +1,9 @@
 // TokenView: tokens of any integer dtype, read as int64. The .bin is mapped at an arbitrary
 // page offset and Megatron does not align sequences, so every read goes through memcpy.
+#include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 #include <string>
 
 #include "plexus/core/data/indexed_dataset.hpp"
@@ -22,18 +25,40 @@ int64_t load(const std::byte* data, std::size_t index) noexcept {
   return static_cast<int64_t>(value);
 }
 
+// The extremes of `count` values: a plain loop the compiler vectorizes (memcpy per element
+// keeps the unaligned reads defined: Megatron does not align sequences).
+template <typename T>
+void extremes(const std::byte* data, std::size_t count, T& lo, T& hi) noexcept {
+  T l = lo, h = hi;
+  for (std::size_t i = 0; i < count; ++i) {
+    const T v = load_raw<T>(data, i);
+    l = std::min(l, v);
+    h = std::max(h, v);
+  }
+  lo = l;
+  hi = h;
+}
+
+// Threaded over large chunks, each the loop above.
 template <typename T>
 TokenView::IdRange range_of(const std::byte* data, std::size_t count) noexcept {
   TokenView::IdRange range;
   if (count == 0) return range;
-  // Per-thread chunks of a plain min/max loop, which the compiler vectorizes; memcpy per
-  // element keeps unaligned reads defined (Megatron does not align sequences).
-  T lo = load_raw<T>(data, 0), hi = lo;
-#pragma omp parallel for reduction(min : lo) reduction(max : hi) schedule(static)
-  for (std::size_t i = 0; i < count; ++i) {
-    const T v = load_raw<T>(data, i);
-    lo = v < lo ? v : lo;
-    hi = v > hi ? v : hi;
+  constexpr std::size_t kChunk = std::size_t{1} << 22;
+  const auto chunks = static_cast<std::ptrdiff_t>((count + kChunk - 1) / kChunk);
+  std::vector<std::pair<T, T>> found(static_cast<std::size_t>(chunks));
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t c = 0; c < chunks; ++c) {
+    const std::size_t begin = static_cast<std::size_t>(c) * kChunk;
+    const std::size_t n = std::min(kChunk, count - begin);
+    T lo = load_raw<T>(data, begin), hi = lo;
+    extremes<T>(data + begin * sizeof(T), n, lo, hi);
+    found[static_cast<std::size_t>(c)] = {lo, hi};
+  }
+  T lo = found.front().first, hi = found.front().second;
+  for (const auto& [l, h] : found) {
+    lo = l < lo ? l : lo;
+    hi = h > hi ? h : hi;
   }
   range.min = static_cast<int64_t>(lo);
   range.max = static_cast<int64_t>(hi);
