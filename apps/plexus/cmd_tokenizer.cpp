@@ -24,7 +24,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kHelp = R"(usage: plexus tokenizer train --input FILE_OR_DIR... --vocab-size N --output tokenizer.json [options]
+constexpr const char* kHelp =
+    R"(usage: plexus tokenizer train --input FILE_OR_DIR... --vocab-size N --output tokenizer.json [options]
        plexus tokenizer encode --tokenizer FILE [TEXT...] [--input FILE] [--jsonl FILE] [--pieces]
        plexus tokenizer decode --tokenizer FILE ID... | --jsonl FILE
        plexus tokenizer inspect FILE [--json]
@@ -86,7 +87,8 @@ std::vector<boost::json::value> read_jsonl(const std::string& file) {
 
 std::string ids_line(const std::vector<int32_t>& ids, bool json) {
   std::string line = json ? "[" : "";
-  for (std::size_t i = 0; i < ids.size(); ++i) line += (i == 0 ? "" : json ? "," : " ") + std::to_string(ids[i]);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    line += (i == 0 ? "" : json ? "," : " ") + std::to_string(ids[i]);
   return json ? line + "]" : line;
 }
 
@@ -110,15 +112,17 @@ int train(const std::vector<std::string>& args) {
   po::options_description options("train options");
   options.add_options()("input", po::value(&inputs)->multitoken()->composing(),
                         "text file or directory to learn from (repeatable)")(
-      "vocab-size", po::value(&vocab_size), "tokens in the vocabulary: the 256 bytes, the merges, the special tokens")(
+      "vocab-size", po::value(&vocab_size),
+      "tokens in the vocabulary: the 256 bytes, the merges, the special tokens")(
       "output", po::value(&output), "the tokenizer.json to write")(
       "special", po::value(&specials)->composing(), "a special token (repeatable; default <|endoftext|>)")(
       "no-special", po::bool_switch(&no_special), "no special tokens")(
-      "min-frequency", po::value(&min_frequency)->default_value(min_frequency), "merge no pair seen fewer times")(
-      "min-doc-chars", po::value(&corpus.min_doc_chars)->default_value(corpus.min_doc_chars),
-      "skip documents with fewer characters")(
-      "document-per-file", po::bool_switch(&corpus.document_per_file), "each file is one document (default: each paragraph)")(
-      "help,h", po::bool_switch(&help), "this help");
+      "min-frequency", po::value(&min_frequency)->default_value(min_frequency),
+      "merge no pair seen fewer times")("min-doc-chars",
+                                        po::value(&corpus.min_doc_chars)->default_value(corpus.min_doc_chars),
+                                        "skip documents with fewer characters")(
+      "document-per-file", po::bool_switch(&corpus.document_per_file),
+      "each file is one document (default: each paragraph)")("help,h", po::bool_switch(&help), "this help");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(options).run(), vm);
   po::notify(vm);
@@ -140,7 +144,8 @@ int train(const std::vector<std::string>& args) {
   const std::vector<InputFile> files = collect_inputs(inputs, exclude, corpus, stats);
   const auto start = std::chrono::steady_clock::now();
   for_each_document(files, corpus, stats, [&](std::string_view document) { trainer.add_text(document); });
-  if (stats.documents == 0) throw DataError(output, "no documents to learn from " + no_documents_message(files, corpus, stats));
+  if (stats.documents == 0)
+    throw DataError(output, "no documents to learn from " + no_documents_message(files, corpus, stats));
   data::BpeTrainingSummary summary;
   const data::BpeTokenizer tokenizer = trainer.train(&summary);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -166,10 +171,11 @@ int train(const std::vector<std::string>& args) {
   char timing[32];
   std::snprintf(timing, sizeof timing, "%.2f s", seconds);
   std::cout << "plexus tokenizer train: wrote " << output << "\n"
-            << "  text:       " << stats.files_read << " files, " << stats.documents << " documents, " << stats.text_bytes
-            << " bytes, " << summary.words << " words (" << summary.distinct_words << " distinct)\n"
-            << "  vocabulary: " << tokenizer.vocab_size() << " tokens: 256 bytes, " << summary.merges << " merges, "
-            << tokenizer.added_tokens().size() << " special\n";
+            << "  text:       " << stats.files_read << " files, " << stats.documents << " documents, "
+            << stats.text_bytes << " bytes, " << summary.words << " words (" << summary.distinct_words
+            << " distinct)\n"
+            << "  vocabulary: " << tokenizer.vocab_size() << " tokens: 256 bytes, " << summary.merges
+            << " merges, " << tokenizer.added_tokens().size() << " special\n";
   if (!summary.stopped_because.empty())
     std::cout << "  stopped before --vocab-size " << vocab_size << ": " << summary.stopped_because << "\n";
   std::cout << "  time:       " << timing << "\n";
@@ -212,7 +218,8 @@ int encode(const std::vector<std::string>& args) {
     std::size_t line = 0;
     for (const boost::json::value& value : read_jsonl(jsonl)) {
       ++line;
-      if (!value.is_string()) throw DataError(jsonl, jsonl + ": line " + std::to_string(line) + ": expected a JSON string");
+      if (!value.is_string())
+        throw DataError(jsonl, jsonl + ": line " + std::to_string(line) + ": expected a JSON string");
       one(value.get_string(), true);
     }
   } else if (!input.empty()) {
@@ -290,8 +297,8 @@ int inspect(const std::vector<std::string>& args) {
   std::vector<std::string> files;
   bool json = false, help = false;
   po::options_description options("inspect options");
-  options.add_options()("json", po::bool_switch(&json), "print one JSON object")("help,h", po::bool_switch(&help),
-                                                                                 "this help");
+  options.add_options()("json", po::bool_switch(&json), "print one JSON object")(
+      "help,h", po::bool_switch(&help), "this help");
   po::options_description hidden;
   hidden.add_options()("file", po::value(&files));
   po::options_description all;
@@ -329,7 +336,9 @@ int inspect(const std::vector<std::string>& args) {
             << ", added tokens " << tokenizer.added_tokens().size() << " (" << specials << " special)\n"
             << "pre-tokenizer:   " << tokenizer.pre_tokenizer_summary() << "\n"
             << "end of document: "
-            << (eod ? tokenizer.token_string(*eod).value_or("?") + " (id " + std::to_string(*eod) + ")" : "none") << "\n";
+            << (eod ? tokenizer.token_string(*eod).value_or("?") + " (id " + std::to_string(*eod) + ")"
+                    : "none")
+            << "\n";
   if (tokenizer.missing_bytes() > 0)
     std::cout << "warning: model.vocab lacks " << tokenizer.missing_bytes()
               << " of the 256 byte tokens: text with those bytes loses them (or becomes unk_token)\n";

@@ -54,12 +54,16 @@ namespace {
 
 // Characters = UTF-8 code points (the text is valid UTF-8 by now).
 std::size_t count_chars(std::string_view text) {
-  return static_cast<std::size_t>(
-      std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+  return static_cast<std::size_t>(std::count_if(
+      text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v'; }
-bool is_blank(std::string_view text) { return std::all_of(text.begin(), text.end(), is_space); }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v';
+}
+bool is_blank(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), is_space);
+}
 
 std::vector<std::string> paragraphs(std::string_view text) {
   std::vector<std::string> out;
@@ -98,7 +102,9 @@ std::string binary_reason(std::string_view text) {
 std::string read_file(const fs::path& file) {
   errno = 0;
   std::ifstream in(file, std::ios::binary);
-  if (!in) throw DataError(file.string(), "cannot read " + file.string() + ": " + std::strerror(errno != 0 ? errno : EIO));
+  if (!in)
+    throw DataError(file.string(),
+                    "cannot read " + file.string() + ": " + std::strerror(errno != 0 ? errno : EIO));
   std::ostringstream contents;
   contents << in.rdbuf();
   if (in.bad()) throw DataError(file.string(), "cannot read " + file.string() + ": read error");
@@ -118,8 +124,9 @@ bool hidden(const fs::path& path) {
 
 }  // namespace
 
-std::vector<InputFile> collect_inputs(const std::vector<std::string>& inputs, const std::set<fs::path>& exclude,
-                                      const CorpusOptions& options, CorpusStats& stats) {
+std::vector<InputFile> collect_inputs(const std::vector<std::string>& inputs,
+                                      const std::set<fs::path>& exclude, const CorpusOptions& options,
+                                      CorpusStats& stats) {
   std::vector<InputFile> files;
   std::set<fs::path> seen = exclude;
   const auto add = [&](const fs::path& path, bool named) {
@@ -137,7 +144,8 @@ std::vector<InputFile> collect_inputs(const std::vector<std::string>& inputs, co
       add(path, true);
       continue;
     }
-    if (!fs::is_directory(status)) throw DataError(input, "input " + input + ": not a regular file or directory");
+    if (!fs::is_directory(status))
+      throw DataError(input, "input " + input + ": not a regular file or directory");
     std::vector<fs::path> found;
     fs::recursive_directory_iterator it(path, fs::directory_options::none, ec);
     if (ec) throw DataError(input, "cannot read directory " + input + ": " + ec.message());
@@ -154,17 +162,18 @@ std::vector<InputFile> collect_inputs(const std::vector<std::string>& inputs, co
       if (fs::is_regular_file(entry_status)) {
         found.push_back(entry);
       } else {
-        warn(options, "skipping " + entry.string() + (fs::exists(entry_status) ? ": not a regular file" : ": a broken symbolic link"));
+        warn(options, "skipping " + entry.string() +
+                          (fs::exists(entry_status) ? ": not a regular file" : ": a broken symbolic link"));
         ++stats.skipped;
       }
     }
     if (ec) throw DataError(input, "cannot read directory " + input + ": " + ec.message());
-    std::sort(found.begin(), found.end(), [](const fs::path& a, const fs::path& b) { return a.string() < b.string(); });
+    std::sort(found.begin(), found.end(),
+              [](const fs::path& a, const fs::path& b) { return a.string() < b.string(); });
     for (const fs::path& file : found) add(file, false);
   }
   return files;
 }
-
 
 void for_each_document(const std::vector<InputFile>& files, const CorpusOptions& options, CorpusStats& stats,
                        const std::function<void(std::string_view)>& document) {
@@ -177,8 +186,8 @@ void for_each_document(const std::vector<InputFile>& files, const CorpusOptions&
     std::string text = read_file(file.path);
     if (const std::string why = binary_reason(text); !why.empty()) {
       if (file.named)
-        throw DataError(file.path.string(), file.path.string() + ": not UTF-8 text (" + why + "); " + options.program +
-                                                " reads UTF-8 text files");
+        throw DataError(file.path.string(), file.path.string() + ": not UTF-8 text (" + why + "); " +
+                                                options.program + " reads UTF-8 text files");
       warn(options, "skipping " + file.path.string() + ": not UTF-8 text (" + why + ")");
       ++stats.skipped;
       continue;
@@ -201,8 +210,8 @@ std::string no_documents_message(const std::vector<InputFile>& files, const Corp
                                          : std::to_string(stats.files_read) + " file" +
                                                (stats.files_read == 1 ? "" : "s") + " read";
   return "(" + what + ", " + std::to_string(stats.skipped) + " skipped; no document had at least " +
-         std::to_string(options.min_doc_chars) + " non-blank character" + (options.min_doc_chars == 1 ? "" : "s") +
-         ")";
+         std::to_string(options.min_doc_chars) + " non-blank character" +
+         (options.min_doc_chars == 1 ? "" : "s") + ")";
 }
 
 }  // namespace plexus::cli

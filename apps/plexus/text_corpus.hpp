@@ -50,7 +50,8 @@ struct CorpusStats {
 };
 
 // The files to read, in order. Throws DataError for a missing input or an unreadable directory.
-std::vector<InputFile> collect_inputs(const std::vector<std::string>& inputs, const std::set<std::filesystem::path>& exclude,
+std::vector<InputFile> collect_inputs(const std::vector<std::string>& inputs,
+                                      const std::set<std::filesystem::path>& exclude,
                                       const CorpusOptions& options, CorpusStats& stats);
 
 // Calls `document` with each document of each file, in order.

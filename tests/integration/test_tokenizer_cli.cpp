@@ -24,7 +24,9 @@ namespace {
 
 const std::string kPlexus = std::string(PLEXUS_BUILD_DIR) + "/bin/plexus";
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 std::string read(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
@@ -59,7 +61,7 @@ BOOST_AUTO_TEST_CASE(train_writes_a_tokenizer_json_and_reports_what_it_learned) 
   BOOST_TEST(t.vocab_size() == 300);
   BOOST_TEST(t.merge_count() == 300u - 256u - 1u);
   BOOST_TEST(t.end_of_document().value_or(-1) == 299);  // <|endoftext|>, the default special token
-  BOOST_TEST(t.token_id("a").value_or(-1) == 'a');       // bytes keep their values as ids
+  BOOST_TEST(t.token_id("a").value_or(-1) == 'a');      // bytes keep their values as ids
 
   const auto inspected = run_process(kPlexus + " tokenizer inspect " + quote(f.tokenizer.string()));
   BOOST_TEST(inspected.status == 0, inspected.output);
@@ -71,7 +73,8 @@ BOOST_AUTO_TEST_CASE(train_writes_a_tokenizer_json_and_reports_what_it_learned) 
 BOOST_AUTO_TEST_CASE(encode_and_decode_round_trip_through_the_command_line) {
   const Fixture f;
   const std::string tok = " --tokenizer " + quote(f.tokenizer.string());
-  const auto encoded = run_process(kPlexus + " tokenizer encode" + tok + " 'the cat sat on the mat<|endoftext|>'");
+  const auto encoded =
+      run_process(kPlexus + " tokenizer encode" + tok + " 'the cat sat on the mat<|endoftext|>'");
   BOOST_TEST_REQUIRE(encoded.status == 0, encoded.output);
   const std::vector<int32_t> expected = f.load().encode("the cat sat on the mat<|endoftext|>");
   std::string ids;
@@ -84,7 +87,10 @@ BOOST_AUTO_TEST_CASE(encode_and_decode_round_trip_through_the_command_line) {
 
   const auto pieces = run_process(kPlexus + " tokenizer encode --pieces" + tok + " 'it'\\''s  a cat'");
   BOOST_TEST(pieces.status == 0, pieces.output);
-  BOOST_TEST(pieces.output == "[\"it\",\"'s\",\"\xC4\xA0\",\"\xC4\xA0" "a\",\"\xC4\xA0" "cat\"]\n");  // Ġ = U+0120
+  BOOST_TEST(pieces.output ==
+             "[\"it\",\"'s\",\"\xC4\xA0\",\"\xC4\xA0"
+             "a\",\"\xC4\xA0"
+             "cat\"]\n");  // Ġ = U+0120
 
   const auto bad = run_process(kPlexus + " tokenizer decode" + tok + " 12 x");
   BOOST_TEST(bad.status == 1);
@@ -100,7 +106,8 @@ BOOST_AUTO_TEST_CASE(train_refuses_bad_options_and_leaves_no_file) {
   const std::string base = kPlexus + " tokenizer train --input " + quote(f.corpus.string());
   auto run = run_process(base + " --vocab-size 200 --output " + quote(out.string()));
   BOOST_TEST(run.status == 1);
-  BOOST_TEST(contains(run.output, "--vocab-size 200 is too small: the 256 byte tokens and 1 special tokens need 257"),
+  BOOST_TEST(contains(run.output,
+                      "--vocab-size 200 is too small: the 256 byte tokens and 1 special tokens need 257"),
              run.output);
   run = run_process(base + " --vocab-size 300");
   BOOST_TEST(run.status == 1);
@@ -122,8 +129,9 @@ BOOST_AUTO_TEST_CASE(a_bad_tokenizer_file_is_named_with_its_field) {
   const auto run = run_process(kPlexus + " tokenizer encode --tokenizer " + quote(bad.string()) + " hello");
   BOOST_TEST(run.status == 1);
   BOOST_TEST(contains(run.output, bad.string() + ": model.type: \"WordPiece\" is not supported"), run.output);
-  const auto prep = run_process(kPlexus + " data prepare --input " + quote(f.corpus.string()) + " --output-prefix " +
-                                quote((f.dir.path() / "ds").string()) + " --tokenizer " + quote(bad.string()));
+  const auto prep =
+      run_process(kPlexus + " data prepare --input " + quote(f.corpus.string()) + " --output-prefix " +
+                  quote((f.dir.path() / "ds").string()) + " --tokenizer " + quote(bad.string()));
   BOOST_TEST(prep.status == 1);
   BOOST_TEST(contains(prep.output, "model.type"), prep.output);
   BOOST_TEST(!fs::exists(f.dir.path() / "ds.bin"));
@@ -132,8 +140,9 @@ BOOST_AUTO_TEST_CASE(a_bad_tokenizer_file_is_named_with_its_field) {
 BOOST_AUTO_TEST_CASE(prepare_with_a_tokenizer_appends_the_end_of_document_token_and_keeps_the_tokenizer) {
   const Fixture f;
   const fs::path prefix = f.dir.path() / "ds";
-  const auto run = run_process(kPlexus + " data prepare --input " + quote(f.corpus.string()) + " --output-prefix " +
-                               quote(prefix.string()) + " --tokenizer " + quote(f.tokenizer.string()));
+  const auto run =
+      run_process(kPlexus + " data prepare --input " + quote(f.corpus.string()) + " --output-prefix " +
+                  quote(prefix.string()) + " --tokenizer " + quote(f.tokenizer.string()));
   BOOST_TEST_REQUIRE(run.status == 0, run.output);
   BOOST_TEST(contains(run.output, "<|endoftext|> (id 299) ends each document; dtype uint16"), run.output);
   BOOST_TEST(read(prefix.string() + ".tokenizer.json") == read(f.tokenizer));
@@ -146,7 +155,8 @@ BOOST_AUTO_TEST_CASE(prepare_with_a_tokenizer_appends_the_end_of_document_token_
     const std::vector<int64_t> ids = dataset.document(d).to_vector();
     BOOST_TEST_REQUIRE(ids.back() == 299);
     const std::vector<int32_t> body(ids.begin(), ids.end() - 1);
-    const std::string expected = "Paragraph " + std::to_string(d) + ": the cat sat on the mat, and it's happy.\nSecond line " +
+    const std::string expected = "Paragraph " + std::to_string(d) +
+                                 ": the cat sat on the mat, and it's happy.\nSecond line " +
                                  std::to_string(d % 13) + ".";
     BOOST_TEST_REQUIRE(t.decode(body) == expected);
   }
@@ -154,15 +164,17 @@ BOOST_AUTO_TEST_CASE(prepare_with_a_tokenizer_appends_the_end_of_document_token_
   // inspect decodes with the tokenizer beside the dataset.
   const auto inspected = run_process(kPlexus + " data inspect " + quote(prefix.string()) + " --chars 30");
   BOOST_TEST(inspected.status == 0, inspected.output);
-  BOOST_TEST(contains(inspected.output, "text:       \"Paragraph 0: the cat sat on th\"..."), inspected.output);
+  BOOST_TEST(contains(inspected.output, "text:       \"Paragraph 0: the cat sat on th\"..."),
+             inspected.output);
 
   // --no-eod; a byte dataset at the same prefix drops the stale tokenizer copy.
   BOOST_TEST_REQUIRE(run_process(kPlexus + " data prepare --no-eod --input " + quote(f.corpus.string()) +
-                                 " --output-prefix " + quote(prefix.string()) + " --tokenizer " + quote(f.tokenizer.string()))
+                                 " --output-prefix " + quote(prefix.string()) + " --tokenizer " +
+                                 quote(f.tokenizer.string()))
                          .status == 0);
   BOOST_TEST(plexus::data::IndexedDataset(prefix).document(0).to_vector().back() != 299);
-  BOOST_TEST_REQUIRE(run_process(kPlexus + " data prepare --input " + quote(f.corpus.string()) + " --output-prefix " +
-                                 quote(prefix.string()))
+  BOOST_TEST_REQUIRE(run_process(kPlexus + " data prepare --input " + quote(f.corpus.string()) +
+                                 " --output-prefix " + quote(prefix.string()))
                          .status == 0);
   BOOST_TEST(!fs::exists(prefix.string() + ".tokenizer.json"));
 }
@@ -170,12 +182,15 @@ BOOST_AUTO_TEST_CASE(prepare_with_a_tokenizer_appends_the_end_of_document_token_
 BOOST_AUTO_TEST_CASE(prepare_picks_a_dtype_wide_enough_for_the_vocabulary) {
   const Fixture f;
   // uint8 cannot hold ids up to 299.
-  auto run = run_process(kPlexus + " data prepare --dtype uint8 --input " + quote(f.corpus.string()) + " --output-prefix " +
-                         quote((f.dir.path() / "narrow").string()) + " --tokenizer " + quote(f.tokenizer.string()));
+  auto run = run_process(kPlexus + " data prepare --dtype uint8 --input " + quote(f.corpus.string()) +
+                         " --output-prefix " + quote((f.dir.path() / "narrow").string()) + " --tokenizer " +
+                         quote(f.tokenizer.string()));
   BOOST_TEST(run.status == 1);
-  BOOST_TEST(contains(run.output, "--dtype uint8 cannot hold the ids of a tokenizer of 300 tokens"), run.output);
-  run = run_process(kPlexus + " data prepare --eod '<nope>' --input " + quote(f.corpus.string()) + " --output-prefix " +
-                    quote((f.dir.path() / "eod").string()) + " --tokenizer " + quote(f.tokenizer.string()));
+  BOOST_TEST(contains(run.output, "--dtype uint8 cannot hold the ids of a tokenizer of 300 tokens"),
+             run.output);
+  run = run_process(kPlexus + " data prepare --eod '<nope>' --input " + quote(f.corpus.string()) +
+                    " --output-prefix " + quote((f.dir.path() / "eod").string()) + " --tokenizer " +
+                    quote(f.tokenizer.string()));
   BOOST_TEST(run.status == 1);
   BOOST_TEST(contains(run.output, "--eod '<nope>': the tokenizer has no such token"), run.output);
 

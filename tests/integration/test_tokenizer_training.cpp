@@ -23,7 +23,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 // A corpus, a BPE tokenizer of up to 600 tokens trained on it, and the dataset it encodes.
 struct BpeCorpus {
@@ -45,13 +47,15 @@ struct BpeCorpus {
     vocab = boost::json::parse(info.output).at("vocab_size").as_int64();
     BOOST_TEST_REQUIRE(vocab > 300);
     prefix = (dir.path() / "bpe").string();
-    const auto prepared = run_process(kBin + "plexus data prepare --input " + quote(file.string()) + " --output-prefix " +
-                                      quote(prefix) + " --tokenizer " + quote(tokenizer));
+    const auto prepared =
+        run_process(kBin + "plexus data prepare --input " + quote(file.string()) + " --output-prefix " +
+                    quote(prefix) + " --tokenizer " + quote(tokenizer));
     BOOST_TEST_REQUIRE(prepared.status == 0, prepared.output);
   }
   // 20 steps of a tiny model, evaluating (with a sample) and checkpointing every 10.
   std::string train(const fs::path& out, const std::string& extra) const {
-    return kBin + "plexus-train --set data.path=" + quote(prefix) + " --set run.output_dir=" + quote(out.string()) +
+    return kBin + "plexus-train --set data.path=" + quote(prefix) +
+           " --set run.output_dir=" + quote(out.string()) +
            " --set model.num_layers=2 --set model.hidden_size=32 --set model.seq_length=32"
            " --set train.micro_batch_size=4 --set train.steps=20 --set train.eval_interval=10"
            " --set train.eval_iters=2 --set checkpoint.interval=10 --set sample.tokens=12 " +
@@ -67,8 +71,9 @@ BOOST_AUTO_TEST_CASE(ids_above_255_without_a_tokenizer_reach_the_first_evaluatio
   const auto run = run_process(corpus.train(out, "--set model.vocab_size=640"));
   BOOST_TEST(run.status == 0, run.output);
   BOOST_TEST(contains(run.output, "eval at step 10"), run.output);
-  BOOST_TEST(contains(run.output, "--- sample ---\n[token ids: the dataset is not byte-level; set data.tokenizer"),
-             run.output);
+  BOOST_TEST(
+      contains(run.output, "--- sample ---\n[token ids: the dataset is not byte-level; set data.tokenizer"),
+      run.output);
   BOOST_TEST(contains(run.output, "beyond the byte tokenizer's 0..255"), run.output);
   BOOST_TEST(contains(run.output, corpus.prefix + ".tokenizer.json, beside it"), run.output);  // the hint
   BOOST_TEST(fs::exists(out / "checkpoints" / "step_00000010"));
@@ -80,9 +85,9 @@ BOOST_AUTO_TEST_CASE(with_data_tokenizer_the_sample_is_text) {
   const fs::path out = corpus.dir.path() / "run";
   // model.vocab_size above the tokenizer's: the model may sample an id the tokenizer lacks,
   // which the sample shows as <|id N|> rather than failing.
-  const auto run = run_process(corpus.train(out, "--set model.vocab_size=640 --set data.tokenizer=" +
-                                                     quote(corpus.prefix + ".tokenizer.json") +
-                                                     " --set 'sample.prompt=The quick'"));
+  const auto run = run_process(corpus.train(
+      out, "--set model.vocab_size=640 --set data.tokenizer=" + quote(corpus.prefix + ".tokenizer.json") +
+               " --set 'sample.prompt=The quick'"));
   BOOST_TEST(run.status == 0, run.output);
   BOOST_TEST(contains(run.output, "--- sample ---"), run.output);
   BOOST_TEST(!contains(run.output, "[token ids"), run.output);
@@ -98,16 +103,20 @@ BOOST_AUTO_TEST_CASE(vocabulary_mismatches_are_refused_at_start_naming_keys_file
   const fs::path small_model = corpus.dir.path() / "small_model";
   auto run = run_process(corpus.train(small_model, "--set model.vocab_size=256"));
   BOOST_TEST(run.status == 1, run.output);
-  BOOST_TEST(contains(run.output, "config error at model.vocab_size: model.vocab_size is 256, but data.path = " +
-                                      corpus.prefix + " holds token ids up to " + max_id),
-             run.output);
+  BOOST_TEST(
+      contains(run.output, "config error at model.vocab_size: model.vocab_size is 256, but data.path = " +
+                               corpus.prefix + " holds token ids up to " + max_id),
+      run.output);
   BOOST_TEST(!fs::exists(small_model), "nothing may be written before the check");
 
   const fs::path below_tokenizer = corpus.dir.path() / "below_tokenizer";
-  run = run_process(corpus.train(below_tokenizer, "--set model.vocab_size=300 --set data.tokenizer=" + quote(corpus.tokenizer)));
+  run = run_process(corpus.train(
+      below_tokenizer, "--set model.vocab_size=300 --set data.tokenizer=" + quote(corpus.tokenizer)));
   BOOST_TEST(run.status == 1, run.output);
-  BOOST_TEST(contains(run.output, "config error at model.vocab_size: model.vocab_size is 300, but the tokenizer "
-                                  "data.tokenizer = " + corpus.tokenizer + " has " + vocab + " tokens"),
+  BOOST_TEST(contains(run.output,
+                      "config error at model.vocab_size: model.vocab_size is 300, but the tokenizer "
+                      "data.tokenizer = " +
+                          corpus.tokenizer + " has " + vocab + " tokens"),
              run.output);
   BOOST_TEST(!fs::exists(below_tokenizer));
 
@@ -118,18 +127,22 @@ BOOST_AUTO_TEST_CASE(vocabulary_mismatches_are_refused_at_start_naming_keys_file
                                  " --vocab-size 280 --output " + quote(other))
                          .status == 0);
   const fs::path wrong_tokenizer = corpus.dir.path() / "wrong_tokenizer";
-  run = run_process(corpus.train(wrong_tokenizer, "--set model.vocab_size=640 --set data.tokenizer=" + quote(other)));
+  run = run_process(
+      corpus.train(wrong_tokenizer, "--set model.vocab_size=640 --set data.tokenizer=" + quote(other)));
   BOOST_TEST(run.status == 1, run.output);
   BOOST_TEST(contains(run.output, "config error at data.tokenizer: " + other), run.output);
-  BOOST_TEST(contains(run.output, "holds token ids up to " + max_id + ": the dataset was prepared with another tokenizer"),
+  BOOST_TEST(contains(run.output, "holds token ids up to " + max_id +
+                                      ": the dataset was prepared with another tokenizer"),
              run.output);
   BOOST_TEST(!fs::exists(wrong_tokenizer));
 
   const fs::path missing = corpus.dir.path() / "missing";
-  run = run_process(corpus.train(missing, "--set model.vocab_size=640 --set data.tokenizer=/nonexistent/tok.json"));
+  run = run_process(
+      corpus.train(missing, "--set model.vocab_size=640 --set data.tokenizer=/nonexistent/tok.json"));
   BOOST_TEST(run.status == 1, run.output);
-  BOOST_TEST(contains(run.output, "config error at data.tokenizer: /nonexistent/tok.json: no such tokenizer file"),
-             run.output);
+  BOOST_TEST(
+      contains(run.output, "config error at data.tokenizer: /nonexistent/tok.json: no such tokenizer file"),
+      run.output);
   BOOST_TEST(!fs::exists(missing));
 }
 

@@ -28,15 +28,20 @@ using Ids = std::vector<int32_t>;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 json::object byte_level_pre(bool add_prefix_space = false) {
-  return {{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space}, {"trim_offsets", true}, {"use_regex", true}};
+  return {{"type", "ByteLevel"},
+          {"add_prefix_space", add_prefix_space},
+          {"trim_offsets", true},
+          {"use_regex", true}};
 }
 
 json::object added_token(int id, const std::string& content, bool special, bool normalized) {
-  return {{"id", id},          {"content", content}, {"single_word", false}, {"lstrip", false},
-          {"rstrip", false},   {"normalized", normalized}, {"special", special}};
+  return {{"id", id},        {"content", content},       {"single_word", false}, {"lstrip", false},
+          {"rstrip", false}, {"normalized", normalized}, {"special", special}};
 }
 
 // A tokenizer.json: the 256 byte tokens (id = byte value) less `without`, then `extra`, the
@@ -57,7 +62,8 @@ json::object tokenizer_json(const std::vector<std::string>& extra, const std::ve
           {"normalizer", nullptr},
           {"pre_tokenizer", byte_level_pre()},
           {"post_processor", nullptr},
-          {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+          {"decoder",
+           {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
           {"model",
            {{"type", "BPE"},
             {"dropout", nullptr},
@@ -70,7 +76,9 @@ json::object tokenizer_json(const std::vector<std::string>& extra, const std::ve
             {"merges", std::move(merge_list)}}}};
 }
 
-BpeTokenizer load(const json::object& doc) { return BpeTokenizer::from_json(json::serialize(doc), "test.json"); }
+BpeTokenizer load(const json::object& doc) {
+  return BpeTokenizer::from_json(json::serialize(doc), "test.json");
+}
 
 int32_t id_of(const BpeTokenizer& t, const std::string& token) {
   const auto id = t.token_id(token);
@@ -81,8 +89,9 @@ int32_t id_of(const BpeTokenizer& t, const std::string& token) {
 // Random text: code points from a mix of scripts, spaces, digits, emoji; or arbitrary bytes.
 std::string random_utf8(std::mt19937& rng, std::size_t length) {
   static const std::vector<std::pair<char32_t, char32_t>> ranges = {
-      {0x20, 0x7E}, {0x20, 0x20}, {0x0A, 0x0A}, {0xA0, 0x24F}, {0x370, 0x3FF}, {0x400, 0x4FF},
-      {0x600, 0x66F}, {0x3040, 0x30FF}, {0x4E00, 0x4FFF}, {0xAC00, 0xACFF}, {0x1F300, 0x1F64F}, {0x2000, 0x206F}};
+      {0x20, 0x7E},     {0x20, 0x20},     {0x0A, 0x0A},       {0xA0, 0x24F},
+      {0x370, 0x3FF},   {0x400, 0x4FF},   {0x600, 0x66F},     {0x3040, 0x30FF},
+      {0x4E00, 0x4FFF}, {0xAC00, 0xACFF}, {0x1F300, 0x1F64F}, {0x2000, 0x206F}};
   std::string text;
   for (std::size_t i = 0; i < length; ++i) {
     const auto& [lo, hi] = ranges[rng() % ranges.size()];
@@ -118,7 +127,8 @@ const BpeTokenizer& trained() {
     BpeTrainer trainer({700, 2, {"<|endoftext|>"}});
     std::mt19937 rng(7);
     for (int i = 0; i < 300; ++i) {
-      trainer.add_text("The quick brown fox jumps over the lazy dog " + std::to_string(i) + ". It's fine, isn't it?\n");
+      trainer.add_text("The quick brown fox jumps over the lazy dog " + std::to_string(i) +
+                       ". It's fine, isn't it?\n");
       trainer.add_text(random_utf8(rng, 40));
     }
     return trainer.train();
@@ -137,7 +147,7 @@ BOOST_AUTO_TEST_CASE(byte_level_alphabet_is_gpt2s_256_characters) {
   BOOST_TEST(byte_level_text(" ") == "\u0120");   // Ġ
   BOOST_TEST(byte_level_text("\n") == "\u010A");  // Ċ
   BOOST_TEST(byte_level_text(std::string(1, '\0')) == "\u0100");
-  BOOST_TEST(byte_level_text("!~") == "!~");      // printable ASCII stands for itself
+  BOOST_TEST(byte_level_text("!~") == "!~");  // printable ASCII stands for itself
   BOOST_TEST(byte_level_text("\x7F") == "\u0121");
   BOOST_TEST(byte_level_text("\xA0") == "\u0142");
   BOOST_TEST(byte_level_text("\xA1\xAC\xAE\xFF") == "\u00A1\u00AC\u00AE\u00FF");
@@ -154,7 +164,8 @@ BOOST_AUTO_TEST_CASE(merges_apply_in_rank_order_not_text_order) {
   BOOST_TEST(ab_first.encode("abc") == (Ids{id_of(ab_first, "ab"), 'c'}), boost::test_tools::per_element());
   // A merge creates a pair a later rank merges: a b -> ab, ab c -> abc.
   const BpeTokenizer chain = load(tokenizer_json({"ab", "abc"}, {"a b", "ab c"}));
-  BOOST_TEST(chain.encode("abcab") == (Ids{id_of(chain, "abc"), id_of(chain, "ab")}), boost::test_tools::per_element());
+  BOOST_TEST(chain.encode("abcab") == (Ids{id_of(chain, "abc"), id_of(chain, "ab")}),
+             boost::test_tools::per_element());
   // Equal ranks: leftmost first, so "aaa" is aa + a.
   const BpeTokenizer aa = load(tokenizer_json({"aa"}, {"a a"}));
   BOOST_TEST(aa.encode("aaa") == (Ids{id_of(aa, "aa"), 'a'}), boost::test_tools::per_element());
@@ -204,10 +215,13 @@ BOOST_AUTO_TEST_CASE(added_tokens_are_matched_whole_leftmost_longest_unnormalize
 
 BOOST_AUTO_TEST_CASE(the_end_of_document_token_is_found_by_name) {
   BOOST_TEST(!load(tokenizer_json({}, {})).end_of_document().has_value());
-  const BpeTokenizer gpt2_like = load(tokenizer_json({"<|endoftext|>"}, {}, json::array{added_token(256, "<|endoftext|>", true, false)}));
+  const BpeTokenizer gpt2_like = load(
+      tokenizer_json({"<|endoftext|>"}, {}, json::array{added_token(256, "<|endoftext|>", true, false)}));
   BOOST_TEST(gpt2_like.end_of_document().value_or(-1) == 256);
-  const BpeTokenizer llama_like = load(tokenizer_json(
-      {}, {}, json::array{added_token(256, "<|begin_of_text|>", true, false), added_token(257, "<|end_of_text|>", true, false)}));
+  const BpeTokenizer llama_like =
+      load(tokenizer_json({}, {},
+                          json::array{added_token(256, "<|begin_of_text|>", true, false),
+                                      added_token(257, "<|end_of_text|>", true, false)}));
   BOOST_TEST(llama_like.end_of_document().value_or(-1) == 257);
 }
 
@@ -284,7 +298,8 @@ std::vector<std::string> reference_merges(const std::map<std::string, int64_t>& 
   while (static_cast<int>(ids.size()) < 256 + merges_wanted) {
     std::map<std::pair<int32_t, int32_t>, int64_t> counts;
     for (const auto& [symbols, count] : split)
-      for (std::size_t i = 0; i + 1 < symbols.size(); ++i) counts[{ids[symbols[i]], ids[symbols[i + 1]]}] += count;
+      for (std::size_t i = 0; i + 1 < symbols.size(); ++i)
+        counts[{ids[symbols[i]], ids[symbols[i + 1]]}] += count;
     std::pair<int32_t, int32_t> best{-1, -1};
     int64_t best_count = 0;
     for (const auto& [pair, count] : counts)
@@ -336,7 +351,8 @@ BOOST_AUTO_TEST_CASE(training_with_incremental_counts_learns_the_recounting_trai
     for (int i = 0; i < 200; ++i) {
       std::string word;
       const std::size_t length = 1 + rng() % 9;
-      for (std::size_t k = 0; k < length; ++k) word += static_cast<char>('a' + rng() % (corpus % 2 == 0 ? 3 : 5));
+      for (std::size_t k = 0; k < length; ++k)
+        word += static_cast<char>('a' + rng() % (corpus % 2 == 0 ? 3 : 5));
       const int repeats = 1 + static_cast<int>(rng() % 4);
       for (int r = 0; r < repeats; ++r) trainer.add_text(word);
       words[word] += repeats;
@@ -364,8 +380,9 @@ BOOST_AUTO_TEST_CASE(training_stops_below_min_frequency_and_refuses_bad_options)
                         [](const DataError& e) { return contains(e.what(), "given twice"); });
   BpeTrainer clash({300, 2, {"!"}});
   clash.add_text("hello");
-  BOOST_CHECK_EXCEPTION(clash.train(), DataError,
-                        [](const DataError& e) { return contains(e.what(), "already a token of the vocabulary"); });
+  BOOST_CHECK_EXCEPTION(clash.train(), DataError, [](const DataError& e) {
+    return contains(e.what(), "already a token of the vocabulary");
+  });
 }
 
 // ---- refusals ---------------------------------------------------------------------------------
@@ -378,7 +395,9 @@ struct Refusal {
   std::string expected;  // after "test.json: "
 };
 
-json::object& model_of(json::object& doc) { return doc["model"].as_object(); }
+json::object& model_of(json::object& doc) {
+  return doc["model"].as_object();
+}
 
 json::object split_sequence(json::value split) {
   json::array steps{std::move(split), byte_level_pre()};
@@ -397,11 +416,17 @@ BOOST_AUTO_TEST_CASE(malformed_files_are_refused_naming_the_file_and_the_field) 
       {"root", [](json::object& d) { d.clear(); }, "tokenizer.json: missing field \"model\""},
       {"wordpiece", [](json::object& d) { model_of(d)["type"] = "WordPiece"; },
        "model.type: \"WordPiece\" is not supported: Plexus reads byte-level BPE"},
-      {"unigram", [](json::object& d) { model_of(d)["type"] = "Unigram"; }, "model.type: \"Unigram\" is not supported"},
-      {"no type", [](json::object& d) { model_of(d).erase("type"); model_of(d).erase("merges"); },
+      {"unigram", [](json::object& d) { model_of(d)["type"] = "Unigram"; },
+       "model.type: \"Unigram\" is not supported"},
+      {"no type",
+       [](json::object& d) {
+         model_of(d).erase("type");
+         model_of(d).erase("merges");
+       },
        "model: missing field \"type\""},
       {"no vocab", [](json::object& d) { model_of(d).erase("vocab"); }, "model: missing field \"vocab\""},
-      {"vocab array", [](json::object& d) { model_of(d)["vocab"] = json::array{}; }, "model.vocab: expected an object"},
+      {"vocab array", [](json::object& d) { model_of(d)["vocab"] = json::array{}; },
+       "model.vocab: expected an object"},
       {"empty vocab", [](json::object& d) { model_of(d)["vocab"] = json::object{}; }, "model.vocab: empty"},
       {"string id", [](json::object& d) { model_of(d)["vocab"].as_object()["a"] = "97"; },
        "model.vocab[\"a\"]: expected a token id"},
@@ -413,14 +438,21 @@ BOOST_AUTO_TEST_CASE(malformed_files_are_refused_naming_the_file_and_the_field) 
        "model.vocab[\"ab\"]: id 900 is out of range"},
       {"shared id", [](json::object& d) { model_of(d)["vocab"].as_object()["ab"] = 97; },
        "model.vocab[\"ab\"]: id 97 is also the id of \"a\""},
-      {"merges object", [](json::object& d) { model_of(d)["merges"] = json::object{}; }, "model.merges: expected an array"},
+      {"merges object", [](json::object& d) { model_of(d)["merges"] = json::object{}; },
+       "model.merges: expected an array"},
       {"three parts", [](json::object& d) { model_of(d)["merges"].as_array()[0] = "a b c"; },
        "model.merges[0]: expected two tokens separated by one space"},
       {"no space", [](json::object& d) { model_of(d)["merges"].as_array()[0] = "ab"; },
        "model.merges[0]: expected two tokens"},
-      {"pair of three", [](json::object& d) { model_of(d)["merges"].as_array()[0] = json::array{"a", "b", "c"}; },
+      {"pair of three",
+       [](json::object& d) {
+         model_of(d)["merges"].as_array()[0] = json::array{"a", "b", "c"};
+       },
        "model.merges[0]: expected \"a b\" or [\"a\", \"b\"]"},
-      {"pair of numbers", [](json::object& d) { model_of(d)["merges"].as_array()[0] = json::array{1, 2}; },
+      {"pair of numbers",
+       [](json::object& d) {
+         model_of(d)["merges"].as_array()[0] = json::array{1, 2};
+       },
        "model.merges[0][0]: expected a string"},
       {"unknown part", [](json::object& d) { model_of(d)["merges"].as_array()[0] = "a zz"; },
        "model.merges[0]: token \"zz\" is not in model.vocab"},
@@ -432,18 +464,28 @@ BOOST_AUTO_TEST_CASE(malformed_files_are_refused_naming_the_file_and_the_field) 
        "model.dropout: 0.1: BPE dropout is not supported"},
       {"prefix", [](json::object& d) { model_of(d)["continuing_subword_prefix"] = "##"; },
        "model.continuing_subword_prefix: not supported"},
-      {"suffix", [](json::object& d) { model_of(d)["end_of_word_suffix"] = "</w>"; }, "model.end_of_word_suffix"},
-      {"unk", [](json::object& d) { model_of(d)["unk_token"] = "<unk>"; }, "model.unk_token: \"<unk>\" is not in model.vocab"},
-      {"fuse_unk", [](json::object& d) { model_of(d)["fuse_unk"] = "yes"; }, "model.fuse_unk: expected true or false"},
-      {"added not array", [](json::object& d) { d["added_tokens"] = json::object{}; }, "added_tokens: expected an array"},
-      {"added empty", [](json::object& d) { d["added_tokens"] = json::array{added_token(257, "", true, false)}; },
+      {"suffix", [](json::object& d) { model_of(d)["end_of_word_suffix"] = "</w>"; },
+       "model.end_of_word_suffix"},
+      {"unk", [](json::object& d) { model_of(d)["unk_token"] = "<unk>"; },
+       "model.unk_token: \"<unk>\" is not in model.vocab"},
+      {"fuse_unk", [](json::object& d) { model_of(d)["fuse_unk"] = "yes"; },
+       "model.fuse_unk: expected true or false"},
+      {"added not array", [](json::object& d) { d["added_tokens"] = json::object{}; },
+       "added_tokens: expected an array"},
+      {"added empty",
+       [](json::object& d) { d["added_tokens"] = json::array{added_token(257, "", true, false)}; },
        "added_tokens[0].content: empty"},
-      {"added id", [](json::object& d) { d["added_tokens"] = json::array{added_token(300, "<x>", true, false)}; },
+      {"added id",
+       [](json::object& d) { d["added_tokens"] = json::array{added_token(300, "<x>", true, false)}; },
        "added_tokens[0].id: 300, but Hugging Face's tokenizers gives \"<x>\" the id 257"},
-      {"added vocab id", [](json::object& d) { d["added_tokens"] = json::array{added_token(5, "ab", true, false)}; },
+      {"added vocab id",
+       [](json::object& d) { d["added_tokens"] = json::array{added_token(5, "ab", true, false)}; },
        "added_tokens[0].id: 5, but Hugging Face's tokenizers gives \"ab\" the id 256 (its model.vocab id)"},
       {"added twice",
-       [](json::object& d) { d["added_tokens"] = json::array{added_token(257, "<x>", true, false), added_token(258, "<x>", true, false)}; },
+       [](json::object& d) {
+         d["added_tokens"] =
+             json::array{added_token(257, "<x>", true, false), added_token(258, "<x>", true, false)};
+       },
        "added_tokens[1]: \"<x>\" is also added_tokens[0]"},
       {"lstrip",
        [](json::object& d) {
@@ -452,25 +494,41 @@ BOOST_AUTO_TEST_CASE(malformed_files_are_refused_naming_the_file_and_the_field) 
          d["added_tokens"] = json::array{token};
        },
        "added_tokens[0].lstrip: true is not supported"},
-      {"added no id", [](json::object& d) { d["added_tokens"] = json::array{json::object{{"content", "<x>"}}}; },
+      {"added no id",
+       [](json::object& d) {
+         d["added_tokens"] = json::array{json::object{{"content", "<x>"}}};
+       },
        "added_tokens[0]: missing field \"id\""},
-      {"normalizer", [](json::object& d) { d["normalizer"] = {{"type", "NFC"}}; },
+      {"normalizer",
+       [](json::object& d) {
+         d["normalizer"] = {{"type", "NFC"}};
+       },
        "normalizer: type \"NFC\" is not supported"},
       {"no pre_tokenizer", [](json::object& d) { d["pre_tokenizer"] = nullptr; }, "pre_tokenizer: missing"},
-      {"metaspace", [](json::object& d) { d["pre_tokenizer"] = {{"type", "Metaspace"}}; },
+      {"metaspace",
+       [](json::object& d) {
+         d["pre_tokenizer"] = {{"type", "Metaspace"}};
+       },
        "pre_tokenizer.type: \"Metaspace\" is not supported"},
-      {"prefix space missing", [](json::object& d) { d["pre_tokenizer"].as_object().erase("add_prefix_space"); },
+      {"prefix space missing",
+       [](json::object& d) { d["pre_tokenizer"].as_object().erase("add_prefix_space"); },
        "pre_tokenizer: missing field \"add_prefix_space\""},
       {"use_regex type", [](json::object& d) { d["pre_tokenizer"].as_object()["use_regex"] = 1; },
        "pre_tokenizer.use_regex: expected true or false"},
-      {"digits", [](json::object& d) { d["pre_tokenizer"] = split_sequence({{"type", "Digits"}}); },
+      {"digits",
+       [](json::object& d) {
+         d["pre_tokenizer"] = split_sequence({{"type", "Digits"}});
+       },
        "pre_tokenizer.pretokenizers[0].type: \"Digits\" is not supported"},
       {"no byte level",
-       [](json::object& d) { d["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array{split_step("a")}}}; },
+       [](json::object& d) {
+         d["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array{split_step("a")}}};
+       },
        "pre_tokenizer.pretokenizers: no ByteLevel step"},
       {"byte level first",
        [](json::object& d) {
-         d["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array{byte_level_pre(), split_step("a")}}};
+         d["pre_tokenizer"] = {{"type", "Sequence"},
+                               {"pretokenizers", json::array{byte_level_pre(), split_step("a")}}};
        },
        "pre_tokenizer.pretokenizers[1]: ByteLevel must be the last step"},
       {"behavior",
@@ -497,7 +555,10 @@ BOOST_AUTO_TEST_CASE(malformed_files_are_refused_naming_the_file_and_the_field) 
        },
        "pre_tokenizer.pretokenizers[0].pattern: expected {\"Regex\": ...} or {\"String\": ...}"},
       {"no decoder", [](json::object& d) { d.erase("decoder"); }, "decoder: missing"},
-      {"wordpiece decoder", [](json::object& d) { d["decoder"] = {{"type", "WordPiece"}}; },
+      {"wordpiece decoder",
+       [](json::object& d) {
+         d["decoder"] = {{"type", "WordPiece"}};
+       },
        "decoder.type: \"WordPiece\" is not supported"},
   };
   for (const Refusal& refusal : refusals) {
@@ -512,9 +573,9 @@ BOOST_AUTO_TEST_CASE(malformed_files_are_refused_naming_the_file_and_the_field) 
       BOOST_TEST(e.file() == "test.json");
     }
   }
-  BOOST_CHECK_EXCEPTION(BpeTokenizer::from_json("{\"model\": [1,", "cut.json"), DataError, [](const DataError& e) {
-    return contains(e.what(), "cut.json: not valid JSON (line 1, column");
-  });
+  BOOST_CHECK_EXCEPTION(
+      BpeTokenizer::from_json("{\"model\": [1,", "cut.json"), DataError,
+      [](const DataError& e) { return contains(e.what(), "cut.json: not valid JSON (line 1, column"); });
   BOOST_CHECK_EXCEPTION(BpeTokenizer::load("/nonexistent/tokenizer.json"), DataError, [](const DataError& e) {
     return contains(e.what(), "/nonexistent/tokenizer.json: no such tokenizer file");
   });
@@ -575,7 +636,8 @@ json::value* random_node(json::value& root, std::mt19937& rng) {
 BOOST_AUTO_TEST_CASE(damaged_copies_load_consistently_or_are_refused_naming_the_file) {
   json::array added{added_token(259, "<a>", true, false)};
   json::object base = tokenizer_json({"ab", "abc", "\u0120a"}, {"a b", "ab c", "\u0120 a"}, added);
-  base["pre_tokenizer"] = split_sequence(split_step(R"((?i:'s|'t)|\p{L}+|\p{N}{1,3}|\s+(?!\S)|\s+|[^\s\p{L}\p{N}]+)"));
+  base["pre_tokenizer"] =
+      split_sequence(split_step(R"((?i:'s|'t)|\p{L}+|\p{N}{1,3}|\s+(?!\S)|\s+|[^\s\p{L}\p{N}]+)"));
   const std::string text = json::serialize(base);
   std::mt19937 rng(2024);
   int loaded = 0, refused = 0;
@@ -585,18 +647,38 @@ BOOST_AUTO_TEST_CASE(damaged_copies_load_consistently_or_are_refused_naming_the_
     for (int k = 0, n = 1 + static_cast<int>(rng() % 3); k < n && !damaged.empty(); ++k) {
       const std::size_t at = rng() % damaged.size();
       switch (rng() % 4) {
-        case 0: damaged[at] = static_cast<char>(rng() % 256); break;
-        case 1: damaged.erase(at, 1 + rng() % 8); break;
-        case 2: damaged.insert(at, 1, "{}[]\",:0-9a\\ "[rng() % 14]); break;
-        default: damaged.resize(at); break;
+        case 0:
+          damaged[at] = static_cast<char>(rng() % 256);
+          break;
+        case 1:
+          damaged.erase(at, 1 + rng() % 8);
+          break;
+        case 2:
+          damaged.insert(at, 1, "{}[]\",:0-9a\\ "[rng() % 14]);
+          break;
+        default:
+          damaged.resize(at);
+          break;
       }
     }
     check_damaged(damaged, loaded, refused);
   }
   // Structural damage: a value replaced by another of any type, or a member removed.
-  const std::vector<json::value> replacements = {nullptr, true, 0, -1, 3.5, 1e30, "", "a b", "\u0120", json::array{},
-                                                 json::object{}, json::array{"a", "b"}, json::object{{"type", "BPE"}},
-                                                 json::object{{"Regex", "(?<=x)"}}, 4294967296LL};
+  const std::vector<json::value> replacements = {nullptr,
+                                                 true,
+                                                 0,
+                                                 -1,
+                                                 3.5,
+                                                 1e30,
+                                                 "",
+                                                 "a b",
+                                                 "\u0120",
+                                                 json::array{},
+                                                 json::object{},
+                                                 json::array{"a", "b"},
+                                                 json::object{{"type", "BPE"}},
+                                                 json::object{{"Regex", "(?<=x)"}},
+                                                 4294967296LL};
   for (int i = 0; i < 1500; ++i) {
     json::value doc = base;
     for (int k = 0, n = 1 + static_cast<int>(rng() % 2); k < n; ++k) {

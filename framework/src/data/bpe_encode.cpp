@@ -134,7 +134,8 @@ void merge_word(const BpeTokenizer::State& s, const std::string& word, std::vect
   const auto consider = [&](int32_t pos) {
     const Symbol& left = symbols[static_cast<std::size_t>(pos)];
     if (left.next < 0) return;
-    const auto it = s.merge_table.find(BpeTokenizer::State::pair_key(left.id, symbols[static_cast<std::size_t>(left.next)].id));
+    const auto it = s.merge_table.find(
+        BpeTokenizer::State::pair_key(left.id, symbols[static_cast<std::size_t>(left.next)].id));
     if (it != s.merge_table.end()) queue.push({it->second.first, pos, it->second.second});
   };
   for (int32_t i = 0; i + 1 < n; ++i) consider(i);
@@ -146,7 +147,8 @@ void merge_word(const BpeTokenizer::State& s, const std::string& word, std::vect
     Symbol& right = symbols[static_cast<std::size_t>(left.next)];
     // Stale: one of the two symbols has changed since the pair was queued.
     const auto now = s.merge_table.find(BpeTokenizer::State::pair_key(left.id, right.id));
-    if (now == s.merge_table.end() || now->second.second != top.result || now->second.first != top.rank) continue;
+    if (now == s.merge_table.end() || now->second.second != top.result || now->second.first != top.rank)
+      continue;
     left.id = top.result;
     right.alive = false;
     left.next = right.next;
@@ -169,7 +171,8 @@ void encode_word(const BpeTokenizer::State& s, const std::string& word, std::vec
   const std::size_t start = out.size();
   merge_word(s, word, out);
   const std::lock_guard lock(s.cache_mutex);
-  if (s.cache.size() < kCacheCapacity) s.cache.emplace(word, std::vector<int32_t>(out.begin() + static_cast<std::ptrdiff_t>(start), out.end()));
+  if (s.cache.size() < kCacheCapacity)
+    s.cache.emplace(word, std::vector<int32_t>(out.begin() + static_cast<std::ptrdiff_t>(start), out.end()));
 }
 
 std::vector<Segment> segments(const BpeTokenizer::State& s, std::string_view text) {

@@ -8,7 +8,8 @@
 
 namespace plexus::data {
 
-const char* const kGpt2SplitPattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char* const kGpt2SplitPattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 std::shared_ptr<const SplitRegex> gpt2_split_regex() {
   static const auto regex = std::make_shared<const SplitRegex>(kGpt2SplitPattern);
@@ -26,11 +27,13 @@ void AddedTokenMatcher::sort() {
                      [](const Entry& a, const Entry& b) { return a.content.size() > b.content.size(); });
 }
 
-std::optional<AddedTokenMatcher::Match> AddedTokenMatcher::find(std::string_view text, std::size_t from) const {
+std::optional<AddedTokenMatcher::Match> AddedTokenMatcher::find(std::string_view text,
+                                                                std::size_t from) const {
   if (empty) return std::nullopt;
   for (std::size_t at = from; at < text.size(); ++at) {
     for (const Entry& entry : by_first_byte[static_cast<unsigned char>(text[at])])
-      if (text.compare(at, entry.content.size(), entry.content) == 0) return Match{at, entry.content.size(), entry.id};
+      if (text.compare(at, entry.content.size(), entry.content) == 0)
+        return Match{at, entry.content.size(), entry.id};
   }
   return std::nullopt;
 }
@@ -72,7 +75,8 @@ void BpeTokenizer::State::build(const std::string& file) {
   merge_table.clear();
   for (std::size_t rank = 0; rank < merges.size(); ++rank) {
     const auto [a, b] = merges[rank];
-    const auto result = vocab_ids.find(vocab[static_cast<std::size_t>(a)] + vocab[static_cast<std::size_t>(b)]);
+    const auto result =
+        vocab_ids.find(vocab[static_cast<std::size_t>(a)] + vocab[static_cast<std::size_t>(b)]);
     if (result == vocab_ids.end())
       fail("model.merges[" + std::to_string(rank) + "]: the merged token is not in model.vocab");
     merge_table.emplace(pair_key(a, b), std::make_pair(static_cast<uint32_t>(rank), result->second));

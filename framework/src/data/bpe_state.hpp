@@ -53,10 +53,10 @@ struct AddedTokenMatcher {
 
 struct BpeTokenizer::State {
   // ---- as in tokenizer.json -----------------------------------------------------------------
-  std::vector<std::string> vocab;                    // id -> token string; "" where no entry
-  std::vector<uint8_t> in_vocab;                     // id -> has a model.vocab entry
-  std::vector<std::pair<int32_t, int32_t>> merges;   // by rank: the ids of the two parts
-  bool merges_as_pairs = false;                      // how the file wrote them (to write back)
+  std::vector<std::string> vocab;                   // id -> token string; "" where no entry
+  std::vector<uint8_t> in_vocab;                    // id -> has a model.vocab entry
+  std::vector<std::pair<int32_t, int32_t>> merges;  // by rank: the ids of the two parts
+  bool merges_as_pairs = false;                     // how the file wrote them (to write back)
   std::vector<AddedToken> added;
   PreTokenizerSpec pre;
   std::optional<std::string> unk_token;
@@ -65,19 +65,19 @@ struct BpeTokenizer::State {
   bool byte_fallback = false;
 
   // ---- derived by build() ---------------------------------------------------------------------
-  std::string source;                                    // the file, for messages
-  int64_t size = 0;                                      // largest id + 1
-  std::unordered_map<std::string, int32_t> vocab_ids;    // token string -> id (model.vocab)
-  std::unordered_map<std::string, int32_t> bytes_ids;    // raw bytes -> id (byte-alphabet tokens)
-  std::array<int32_t, 256> byte_ids{};                   // the token of each single byte, or -1
+  std::string source;                                  // the file, for messages
+  int64_t size = 0;                                    // largest id + 1
+  std::unordered_map<std::string, int32_t> vocab_ids;  // token string -> id (model.vocab)
+  std::unordered_map<std::string, int32_t> bytes_ids;  // raw bytes -> id (byte-alphabet tokens)
+  std::array<int32_t, 256> byte_ids{};                 // the token of each single byte, or -1
   std::size_t missing_bytes = 0;
-  std::vector<std::string> decoded;                      // id -> the bytes decode() gives
-  std::vector<uint8_t> known;                            // id -> a vocab or added token has it
+  std::vector<std::string> decoded;  // id -> the bytes decode() gives
+  std::vector<uint8_t> known;        // id -> a vocab or added token has it
   std::unordered_map<uint64_t, std::pair<uint32_t, int32_t>> merge_table;  // parts -> rank, result
   std::optional<int32_t> unk_id;
   std::optional<int32_t> end_of_document;
-  AddedTokenMatcher raw_added;         // normalized = false: matched first
-  AddedTokenMatcher normalized_added;  // then these, in what is left
+  AddedTokenMatcher raw_added;                         // normalized = false: matched first
+  AddedTokenMatcher normalized_added;                  // then these, in what is left
   std::shared_ptr<const SplitRegex> byte_level_regex;  // GPT-2's, when pre.use_regex
 
   // Each word's ids, as Hugging Face caches them: words repeat (" the", " of").

@@ -26,20 +26,25 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view json, const std::string& s
   return BpeTokenizer(read_tokenizer_json(json, source));
 }
 
-int64_t BpeTokenizer::vocab_size() const noexcept { return state_->size; }
+int64_t BpeTokenizer::vocab_size() const noexcept {
+  return state_->size;
+}
 
 bool BpeTokenizer::has_token(int32_t id) const noexcept {
   return id >= 0 && id < state_->size && state_->known[static_cast<std::size_t>(id)] != 0;
 }
 
-std::optional<int32_t> BpeTokenizer::end_of_document() const noexcept { return state_->end_of_document; }
+std::optional<int32_t> BpeTokenizer::end_of_document() const noexcept {
+  return state_->end_of_document;
+}
 
 std::string BpeTokenizer::decode(std::span<const int32_t> tokens) const {
   std::string text;
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     if (!has_token(tokens[i]))
-      throw DataError("", "BPE tokenizer: token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
-                              " is not in the vocabulary (ids 0.." + std::to_string(state_->size - 1) + ")");
+      throw DataError("", "BPE tokenizer: token " + std::to_string(tokens[i]) + " at position " +
+                              std::to_string(i) + " is not in the vocabulary (ids 0.." +
+                              std::to_string(state_->size - 1) + ")");
     text += state_->decoded[static_cast<std::size_t>(tokens[i])];
   }
   return text;
@@ -58,10 +63,18 @@ std::optional<std::string> BpeTokenizer::token_string(int32_t id) const {
   return state_->vocab[static_cast<std::size_t>(id)];
 }
 
-std::size_t BpeTokenizer::vocab_entries() const noexcept { return state_->vocab_ids.size(); }
-std::size_t BpeTokenizer::merge_count() const noexcept { return state_->merges.size(); }
-const std::vector<AddedToken>& BpeTokenizer::added_tokens() const noexcept { return state_->added; }
-std::size_t BpeTokenizer::missing_bytes() const noexcept { return state_->missing_bytes; }
+std::size_t BpeTokenizer::vocab_entries() const noexcept {
+  return state_->vocab_ids.size();
+}
+std::size_t BpeTokenizer::merge_count() const noexcept {
+  return state_->merges.size();
+}
+const std::vector<AddedToken>& BpeTokenizer::added_tokens() const noexcept {
+  return state_->added;
+}
+std::size_t BpeTokenizer::missing_bytes() const noexcept {
+  return state_->missing_bytes;
+}
 
 std::string BpeTokenizer::pre_tokenizer_summary() const {
   const PreTokenizerSpec& pre = state_->pre;
@@ -74,8 +87,12 @@ std::string BpeTokenizer::pre_tokenizer_summary() const {
   return text;
 }
 
-std::string BpeTokenizer::to_json() const { return write_tokenizer_json(*state_); }
+std::string BpeTokenizer::to_json() const {
+  return write_tokenizer_json(*state_);
+}
 
-std::string byte_level_text(std::string_view bytes) { return byte_level::to_token_string(bytes); }
+std::string byte_level_text(std::string_view bytes) {
+  return byte_level::to_token_string(bytes);
+}
 
 }  // namespace plexus::data

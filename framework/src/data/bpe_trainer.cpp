@@ -13,9 +13,15 @@ namespace plexus::data {
 namespace {
 
 using PairKey = uint64_t;
-PairKey key(int32_t a, int32_t b) { return BpeTokenizer::State::pair_key(a, b); }
-int32_t first_of(PairKey k) { return static_cast<int32_t>(k >> 32); }
-int32_t second_of(PairKey k) { return static_cast<int32_t>(k & 0xFFFFFFFFu); }
+PairKey key(int32_t a, int32_t b) {
+  return BpeTokenizer::State::pair_key(a, b);
+}
+int32_t first_of(PairKey k) {
+  return static_cast<int32_t>(k >> 32);
+}
+int32_t second_of(PairKey k) {
+  return static_cast<int32_t>(k & 0xFFFFFFFFu);
+}
 
 struct Candidate {
   int64_t count;
@@ -60,11 +66,13 @@ void merge_in_word(Word& word, int32_t a, int32_t b, int32_t merged,
 BpeTrainer::BpeTrainer(BpeTrainerOptions options) : options_(std::move(options)) {
   const auto specials = static_cast<int64_t>(options_.special_tokens.size());
   if (options_.vocab_size < 256 + specials)
-    throw DataError("", "--vocab-size " + std::to_string(options_.vocab_size) + " is too small: the 256 byte tokens" +
-                            (specials > 0 ? " and " + std::to_string(specials) + " special tokens" : std::string()) +
-                            " need " + std::to_string(256 + specials));
+    throw DataError(
+        "", "--vocab-size " + std::to_string(options_.vocab_size) + " is too small: the 256 byte tokens" +
+                (specials > 0 ? " and " + std::to_string(specials) + " special tokens" : std::string()) +
+                " need " + std::to_string(256 + specials));
   if (options_.vocab_size > (int64_t{1} << 31) - 1)
-    throw DataError("", "--vocab-size " + std::to_string(options_.vocab_size) + " does not fit 32-bit token ids");
+    throw DataError("",
+                    "--vocab-size " + std::to_string(options_.vocab_size) + " does not fit 32-bit token ids");
   std::set<std::string> seen;
   for (const std::string& special : options_.special_tokens) {
     if (special.empty()) throw DataError("", "a special token is empty");
@@ -176,10 +184,12 @@ BpeTokenizer BpeTrainer::train(BpeTrainingSummary* summary) const {
   auto state = std::make_shared<BpeTokenizer::State>();
   for (const std::string& bytes : token_bytes) state->vocab.push_back(byte_level::to_token_string(bytes));
   std::unordered_map<std::string, int32_t> strings;
-  for (std::size_t id = 0; id < state->vocab.size(); ++id) strings.emplace(state->vocab[id], static_cast<int32_t>(id));
+  for (std::size_t id = 0; id < state->vocab.size(); ++id)
+    strings.emplace(state->vocab[id], static_cast<int32_t>(id));
   for (const std::string& special : options_.special_tokens) {
     if (strings.count(special) != 0)
-      throw DataError("", "special token \"" + special + "\" is already a token of the vocabulary (as byte-level text)");
+      throw DataError(
+          "", "special token \"" + special + "\" is already a token of the vocabulary (as byte-level text)");
     const auto id = static_cast<int32_t>(state->vocab.size());
     state->vocab.push_back(special);
     state->added.push_back({id, special, true, false});

@@ -25,7 +25,9 @@ const Table& table() noexcept {
 
 }  // namespace
 
-char32_t char_of(unsigned char byte) noexcept { return table().chars[byte]; }
+char32_t char_of(unsigned char byte) noexcept {
+  return table().chars[byte];
+}
 
 std::optional<unsigned char> byte_of(char32_t code_point) noexcept {
   if (code_point < 256) {

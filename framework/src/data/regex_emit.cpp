@@ -18,13 +18,20 @@ class Emitter {
       throw RegexError("the pattern is too large once its repeats are expanded (more than " +
                        std::to_string(kMaxInstructions) + " instructions)");
     switch (node.kind) {
-      case RegexNode::empty: break;
-      case RegexNode::char_class: push(RegexInst::match_class, node.class_index); break;
+      case RegexNode::empty:
+        break;
+      case RegexNode::char_class:
+        push(RegexInst::match_class, node.class_index);
+        break;
       case RegexNode::concat:
         for (const RegexNode& child : node.children) emit(child);
         break;
-      case RegexNode::alternation: alternation(node); break;
-      case RegexNode::repeat: repeat(node); break;
+      case RegexNode::alternation:
+        alternation(node);
+        break;
+      case RegexNode::repeat:
+        repeat(node);
+        break;
       case RegexNode::lookahead: {
         const std::size_t look = push(RegexInst::lookahead, 0, node.negative ? 1 : 0);
         emit(node.children.front());
@@ -79,7 +86,8 @@ class Emitter {
       splits.push_back(push(RegexInst::split));
       emit(child);
     }
-    for (const std::size_t split : splits) set_split(split, static_cast<int32_t>(split + 1), here(), node.greedy);
+    for (const std::size_t split : splits)
+      set_split(split, static_cast<int32_t>(split + 1), here(), node.greedy);
   }
 
   std::vector<RegexInst>& code_;

@@ -34,8 +34,7 @@ bool run(const RegexProgram& program, int32_t pc, std::string_view text, std::si
       if (inst.op == RegexInst::match_class) {
         if (t.at >= text.size()) break;
         const auto byte = static_cast<unsigned char>(text[t.at]);
-        const unicode::Decoded d =
-            byte < 0x80 ? unicode::Decoded{byte, 1} : unicode::decode_utf8(text, t.at);
+        const unicode::Decoded d = byte < 0x80 ? unicode::Decoded{byte, 1} : unicode::decode_utf8(text, t.at);
         if (!program.classes[static_cast<std::size_t>(inst.x)].matches(d.code_point)) break;
         t.at += d.length;
         ++t.pc;
@@ -61,7 +60,8 @@ bool run(const RegexProgram& program, int32_t pc, std::string_view text, std::si
 
 }  // namespace
 
-SplitRegex::SplitRegex(std::string pattern) : pattern_(std::move(pattern)), program_(compile_regex(pattern_)) {}
+SplitRegex::SplitRegex(std::string pattern)
+    : pattern_(std::move(pattern)), program_(compile_regex(pattern_)) {}
 
 std::vector<std::pair<std::size_t, std::size_t>> SplitRegex::find_all(std::string_view text) const {
   std::vector<std::pair<std::size_t, std::size_t>> matches;
@@ -73,7 +73,8 @@ std::vector<std::pair<std::size_t, std::size_t>> SplitRegex::find_all(std::strin
     // The leftmost match at or after `from`.
     bool found = false;
     std::size_t begin = from, end = 0;
-    for (; begin <= text.size(); begin += begin < text.size() ? unicode::decode_utf8(text, begin).length : 1) {
+    for (; begin <= text.size();
+         begin += begin < text.size() ? unicode::decode_utf8(text, begin).length : 1) {
       uint64_t steps = 0;
       if (run(program_, 0, text, begin, end, steps, stack)) {
         found = true;

@@ -28,7 +28,8 @@ std::string hex_code_point(char32_t cp) {
 bool category_mask(std::string name, CategoryMask& mask) {
   std::string key;
   for (const char c : name)
-    if (c != ' ' && c != '_' && c != '-') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (c != ' ' && c != '_' && c != '-')
+      key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   using namespace unicode;
   const CategoryMask letters = mask_of(Lu) | mask_of(Ll) | mask_of(Lt) | mask_of(Lm) | mask_of(Lo);
   const CategoryMask cased = mask_of(Lu) | mask_of(Ll) | mask_of(Lt);
@@ -166,8 +167,9 @@ class Parser {
     for (std::size_t i = 0; i < unicode::kAsciiMultiFoldCount; ++i) {
       const std::string_view fold = unicode::kAsciiMultiFolds[i];
       if (run.size() >= fold.size() && run.ends_with(fold))
-        fail_at(run_start, "case-insensitive \"" + std::string(fold) +
-                               "\" (which a single character folds to, e.g. U+00DF to \"ss\") is not supported");
+        fail_at(run_start,
+                "case-insensitive \"" + std::string(fold) +
+                    "\" (which a single character folds to, e.g. U+00DF to \"ss\") is not supported");
     }
   }
 
@@ -181,7 +183,8 @@ class Parser {
     } else if (take("+")) {
       min = 1;
     } else if (peek() == '{') {
-      if (!interval(min, max)) fail("'{' that does not start a repeat {n}, {n,}, {,m} or {n,m} (escape it as \\{)");
+      if (!interval(min, max))
+        fail("'{' that does not start a repeat {n}, {n,}, {,m} or {n,m} (escape it as \\{)");
     } else {
       return false;
     }
@@ -225,7 +228,8 @@ class Parser {
       hi = lo;
     }
     if (!take("}")) return at_ = start, false;
-    if (hi >= 0 && hi < lo) fail_at(start, "repeat {" + std::to_string(lo) + "," + std::to_string(hi) + "}: max < min");
+    if (hi >= 0 && hi < lo)
+      fail_at(start, "repeat {" + std::to_string(lo) + "," + std::to_string(hi) + "}: max < min");
     min = lo;
     max = hi;
     return true;
@@ -264,7 +268,8 @@ class Parser {
     CharClass c;
     c.items.push_back(range_item(cp, cp));
     if (icase && cp >= 0x80)
-      fail_at(start, "case-insensitive matching of " + hex_code_point(cp) + " (only ASCII is supported inside (?i))");
+      fail_at(start, "case-insensitive matching of " + hex_code_point(cp) +
+                         " (only ASCII is supported inside (?i))");
     if (icase && std::isalpha(static_cast<int>(cp))) {
       const char lower = static_cast<char>(std::tolower(static_cast<int>(cp)));
       const char upper = static_cast<char>(std::toupper(static_cast<int>(cp)));
@@ -272,7 +277,8 @@ class Parser {
                  range_item(static_cast<char32_t>(upper), static_cast<char32_t>(upper))};
       for (std::size_t i = 0; i < unicode::kAsciiFoldCount; ++i)
         if (unicode::kAsciiFolds[i].letter == lower)
-          c.items.push_back(range_item(unicode::kAsciiFolds[i].code_point, unicode::kAsciiFolds[i].code_point));
+          c.items.push_back(
+              range_item(unicode::kAsciiFolds[i].code_point, unicode::kAsciiFolds[i].code_point));
     }
     return class_node(std::move(c));
   }
@@ -319,15 +325,33 @@ class Parser {
     }
     ++at_;
     switch (c) {
-      case 't': cp = '\t'; return true;
-      case 'n': cp = '\n'; return true;
-      case 'r': cp = '\r'; return true;
-      case 'f': cp = '\f'; return true;
-      case 'v': cp = '\v'; return true;
-      case 'a': cp = 0x07; return true;
-      case 'e': cp = 0x1B; return true;
-      case 'x': cp = hex_escape(start); return true;
-      case 'u': cp = fixed_hex(start, 4); return true;
+      case 't':
+        cp = '\t';
+        return true;
+      case 'n':
+        cp = '\n';
+        return true;
+      case 'r':
+        cp = '\r';
+        return true;
+      case 'f':
+        cp = '\f';
+        return true;
+      case 'v':
+        cp = '\v';
+        return true;
+      case 'a':
+        cp = 0x07;
+        return true;
+      case 'e':
+        cp = 0x1B;
+        return true;
+      case 'x':
+        cp = hex_escape(start);
+        return true;
+      case 'u':
+        cp = fixed_hex(start, 4);
+        return true;
       case 's':
       case 'S':
         item.kind = CharClass::Item::white_space;
@@ -351,11 +375,14 @@ class Parser {
         item.kind = CharClass::Item::categories;
         item.negated = negated;
         if (!category_mask(name, item.mask))
-          fail_at(start, "property \\p{" + name +
-                             "}: only General_Category values are supported (L, Lu, Letter, N, Nd, P, S, Z, C, M, ...)");
+          fail_at(
+              start,
+              "property \\p{" + name +
+                  "}: only General_Category values are supported (L, Lu, Letter, N, Nd, P, S, Z, C, M, ...)");
         return false;
       }
-      default: break;
+      default:
+        break;
     }
     if (!std::isalnum(static_cast<unsigned char>(c))) {
       cp = static_cast<unsigned char>(c);  // escaped punctuation stands for itself
@@ -437,7 +464,8 @@ class Parser {
         } else {
           hi = next_code_point();
         }
-        if (hi < lo) fail_at(dash, "range " + hex_code_point(lo) + "-" + hex_code_point(hi) + " out of order");
+        if (hi < lo)
+          fail_at(dash, "range " + hex_code_point(lo) + "-" + hex_code_point(hi) + " out of order");
       }
       c.items.push_back(range_item(lo, hi));
     }
@@ -448,8 +476,10 @@ class Parser {
     const std::size_t start = at_;
     const char c = peek();
     switch (c) {
-      case '(': return group(icase, depth);
-      case '[': return bracket_class(icase);
+      case '(':
+        return group(icase, depth);
+      case '[':
+        return bracket_class(icase);
       case '.': {
         ++at_;
         CharClass any;
@@ -458,11 +488,14 @@ class Parser {
         return class_node(std::move(any));
       }
       case '^':
-      case '$': fail("anchor '" + std::string(1, c) + "'");
+      case '$':
+        fail("anchor '" + std::string(1, c) + "'");
       case '*':
       case '+':
-      case '?': fail("quantifier '" + std::string(1, c) + "' with nothing to repeat");
-      case '{': fail("'{' with nothing to repeat (escape it as \\{)");
+      case '?':
+        fail("quantifier '" + std::string(1, c) + "' with nothing to repeat");
+      case '{':
+        fail("'{' with nothing to repeat (escape it as \\{)");
       case '\\': {
         char32_t cp = 0;
         CharClass::Item item;
@@ -476,7 +509,8 @@ class Parser {
         set.items.push_back(item);
         return class_node(std::move(set));
       }
-      default: break;
+      default:
+        break;
     }
     const char32_t cp = next_code_point();
     literal = cp < 0x80 ? cp : 0;
@@ -501,9 +535,15 @@ bool CharClass::matches_slow(char32_t code_point) const noexcept {
   for (const Item& item : items) {
     bool hit = false;
     switch (item.kind) {
-      case Item::range: hit = code_point >= item.lo && code_point <= item.hi; break;
-      case Item::categories: hit = (item.mask & mask_of(unicode::category(code_point))) != 0; break;
-      case Item::white_space: hit = unicode::is_white_space(code_point); break;
+      case Item::range:
+        hit = code_point >= item.lo && code_point <= item.hi;
+        break;
+      case Item::categories:
+        hit = (item.mask & mask_of(unicode::category(code_point))) != 0;
+        break;
+      case Item::white_space:
+        hit = unicode::is_white_space(code_point);
+        break;
     }
     if (hit != item.negated) {
       in = true;
@@ -516,17 +556,24 @@ bool CharClass::matches_slow(char32_t code_point) const noexcept {
 bool nullable(const RegexNode& node) {
   switch (node.kind) {
     case RegexNode::empty:
-    case RegexNode::lookahead: return true;
-    case RegexNode::char_class: return false;
+    case RegexNode::lookahead:
+      return true;
+    case RegexNode::char_class:
+      return false;
     case RegexNode::concat:
-      return std::all_of(node.children.begin(), node.children.end(), [](const RegexNode& n) { return nullable(n); });
+      return std::all_of(node.children.begin(), node.children.end(),
+                         [](const RegexNode& n) { return nullable(n); });
     case RegexNode::alternation:
-      return std::any_of(node.children.begin(), node.children.end(), [](const RegexNode& n) { return nullable(n); });
-    case RegexNode::repeat: return node.min == 0 || nullable(node.children.front());
+      return std::any_of(node.children.begin(), node.children.end(),
+                         [](const RegexNode& n) { return nullable(n); });
+    case RegexNode::repeat:
+      return node.min == 0 || nullable(node.children.front());
   }
   return true;
 }
 
-RegexTree parse_regex(std::string_view pattern) { return Parser(pattern).parse(); }
+RegexTree parse_regex(std::string_view pattern) {
+  return Parser(pattern).parse();
+}
 
 }  // namespace plexus::data

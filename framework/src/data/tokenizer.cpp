@@ -1,6 +1,6 @@
 // What every tokenizer shares, and choosing one by path.
-#include "plexus/core/data/bpe_tokenizer.hpp"
 #include "plexus/core/data/tokenizer.hpp"
+#include "plexus/core/data/bpe_tokenizer.hpp"
 
 namespace plexus::data {
 

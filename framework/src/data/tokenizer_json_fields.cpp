@@ -22,7 +22,8 @@ std::string JsonFields::show(const boost::json::value& value) {
   return text;
 }
 
-const boost::json::object& JsonFields::object(const boost::json::value& value, const std::string& path) const {
+const boost::json::object& JsonFields::object(const boost::json::value& value,
+                                              const std::string& path) const {
   if (!value.is_object()) fail(path, "expected an object, got " + show(value));
   return value.get_object();
 }

@@ -31,7 +31,9 @@ boost::json::value parse_json(std::string_view json, const std::string& source) 
   return parser.release();
 }
 
-std::string json_quoted(const std::string& text) { return boost::json::serialize(boost::json::value(text)); }
+std::string json_quoted(const std::string& text) {
+  return boost::json::serialize(boost::json::value(text));
+}
 
 void read_model(const JsonFields& f, const boost::json::object& root, BpeTokenizer::State& s) {
   const boost::json::object& model = f.object(f.require(root, "model", "tokenizer.json"), "model");
@@ -39,14 +41,18 @@ void read_model(const JsonFields& f, const boost::json::object& root, BpeTokeniz
   if (type != nullptr) {
     const std::string name = f.string(*type, "model.type");
     if (name != "BPE")
-      f.fail("model.type", json_quoted(name) + " is not supported: Plexus reads byte-level BPE tokenizers (model.type \"BPE\")");
+      f.fail("model.type",
+             json_quoted(name) +
+                 " is not supported: Plexus reads byte-level BPE tokenizers (model.type \"BPE\")");
   } else if (JsonFields::find(model, "merges") == nullptr) {
     f.fail("model", "missing field \"type\"");
   }
   if (const auto* dropout = JsonFields::find(model, "dropout");
-      dropout != nullptr && !dropout->is_null() && !(dropout->is_number() && dropout->to_number<double>() == 0.0))
-    f.fail("model.dropout", JsonFields::show(*dropout) + ": BPE dropout is not supported (it makes encoding random); "
-                                                       "set it to null");
+      dropout != nullptr && !dropout->is_null() &&
+      !(dropout->is_number() && dropout->to_number<double>() == 0.0))
+    f.fail("model.dropout", JsonFields::show(*dropout) +
+                                ": BPE dropout is not supported (it makes encoding random); "
+                                "set it to null");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (!f.string_or_empty(model, key, "model").empty())
       f.fail(std::string("model.") + key, "not supported for byte-level BPE (expected null)");
@@ -72,7 +78,8 @@ void read_model(const JsonFields& f, const boost::json::object& root, BpeTokeniz
       f.fail(path, "id " + std::to_string(id) + " is out of range: the " + std::to_string(vocab.size()) +
                        " entries must have the ids 0.." + std::to_string(vocab.size() - 1));
     if (s.in_vocab[static_cast<std::size_t>(id)])
-      f.fail(path, "id " + std::to_string(id) + " is also the id of " + json_quoted(s.vocab[static_cast<std::size_t>(id)]));
+      f.fail(path, "id " + std::to_string(id) + " is also the id of " +
+                       json_quoted(s.vocab[static_cast<std::size_t>(id)]));
     s.vocab[static_cast<std::size_t>(id)] = token;
     s.in_vocab[static_cast<std::size_t>(id)] = 1;
     ids.emplace(token, id);
@@ -122,7 +129,8 @@ void read_added_tokens(const JsonFields& f, const boost::json::object& root, Bpe
   const boost::json::array& tokens = f.array(*value, "added_tokens");
   std::unordered_map<std::string, std::size_t> seen;
   std::unordered_map<std::string, int32_t> vocab_ids;
-  for (std::size_t id = 0; id < s.vocab.size(); ++id) vocab_ids.emplace(s.vocab[id], static_cast<int32_t>(id));
+  for (std::size_t id = 0; id < s.vocab.size(); ++id)
+    vocab_ids.emplace(s.vocab[id], static_cast<int32_t>(id));
   auto next_id = static_cast<int32_t>(s.vocab.size());
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::string path = "added_tokens[" + std::to_string(i) + "]";
@@ -136,16 +144,19 @@ void read_added_tokens(const JsonFields& f, const boost::json::object& root, Bpe
     for (const char* flag : {"single_word", "lstrip", "rstrip"})
       if (f.boolean_or(o, flag, path, false)) f.fail(path + "." + flag, "true is not supported");
     const auto [previous, fresh] = seen.emplace(token.content, i);
-    if (!fresh) f.fail(path, json_quoted(token.content) + " is also added_tokens[" + std::to_string(previous->second) + "]");
+    if (!fresh)
+      f.fail(path,
+             json_quoted(token.content) + " is also added_tokens[" + std::to_string(previous->second) + "]");
     // Hugging Face's ids: a token in vocab keeps its vocab id; the others follow the
     // vocabulary in the order listed.
     const auto in_vocab = vocab_ids.find(token.content);
     const int32_t expected = in_vocab != vocab_ids.end() ? in_vocab->second : next_id++;
     if (token.id != expected)
-      f.fail(path + ".id", std::to_string(token.id) + ", but Hugging Face's tokenizers gives " + json_quoted(token.content) +
-                               " the id " + std::to_string(expected) +
-                               (in_vocab != vocab_ids.end() ? " (its model.vocab id)"
-                                                            : " (added tokens not in model.vocab follow it in order)"));
+      f.fail(path + ".id",
+             std::to_string(token.id) + ", but Hugging Face's tokenizers gives " +
+                 json_quoted(token.content) + " the id " + std::to_string(expected) +
+                 (in_vocab != vocab_ids.end() ? " (its model.vocab id)"
+                                              : " (added tokens not in model.vocab follow it in order)"));
     s.added.push_back(std::move(token));
   }
 }

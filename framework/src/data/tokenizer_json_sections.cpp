@@ -33,8 +33,9 @@ SplitStep read_split(const JsonFields& f, const boost::json::object& o, const st
   }
   const std::string behavior = f.string(f.require(o, "behavior", path), path + ".behavior");
   if (behavior != "Isolated")
-    f.fail(path + ".behavior", "\"" + behavior + "\" is not supported (supported: \"Isolated\", which GPT-style "
-                                                 "tokenizers use: every match and every run between matches a piece)");
+    f.fail(path + ".behavior", "\"" + behavior +
+                                   "\" is not supported (supported: \"Isolated\", which GPT-style "
+                                   "tokenizers use: every match and every run between matches a piece)");
   if (f.boolean_or(o, "invert", path, false)) f.fail(path + ".invert", "true is not supported");
   return step;
 }
@@ -49,9 +50,10 @@ void read_normalizer(const JsonFields& f, const boost::json::value* value) {
     const auto* parts = JsonFields::find(o, "normalizers");
     if (parts == nullptr || (parts->is_array() && parts->get_array().empty())) return;
   }
-  f.fail("normalizer", "type \"" + type +
-                           "\" is not supported: Plexus applies no normalizer (byte-level BPE tokenizers such as "
-                           "GPT-2's and Llama 3's have none)");
+  f.fail("normalizer",
+         "type \"" + type +
+             "\" is not supported: Plexus applies no normalizer (byte-level BPE tokenizers such as "
+             "GPT-2's and Llama 3's have none)");
 }
 
 void read_pre_tokenizer(const JsonFields& f, const boost::json::value* value, PreTokenizerSpec& pre) {
@@ -65,8 +67,9 @@ void read_pre_tokenizer(const JsonFields& f, const boost::json::value* value, Pr
     return;
   }
   if (type != "Sequence")
-    f.fail(path + ".type", "\"" + type + "\" is not supported (supported: ByteLevel, or a Sequence of Split steps "
-                                         "ending with ByteLevel)");
+    f.fail(path + ".type", "\"" + type +
+                               "\" is not supported (supported: ByteLevel, or a Sequence of Split steps "
+                               "ending with ByteLevel)");
   pre.sequence = true;
   const boost::json::array& steps = f.array(f.require(o, "pretokenizers", path), path + ".pretokenizers");
   bool byte_level = false;

@@ -11,8 +11,12 @@
 namespace plexus::data {
 namespace {
 
-std::string json_quoted(const std::string& text) { return boost::json::serialize(boost::json::value(text)); }
-const char* flag(bool value) { return value ? "true" : "false"; }
+std::string json_quoted(const std::string& text) {
+  return boost::json::serialize(boost::json::value(text));
+}
+const char* flag(bool value) {
+  return value ? "true" : "false";
+}
 
 std::string byte_level(const PreTokenizerSpec& pre) {
   return std::string("{\"type\": \"ByteLevel\", \"add_prefix_space\": ") + flag(pre.add_prefix_space) +
@@ -23,39 +27,44 @@ std::string pre_tokenizer(const PreTokenizerSpec& pre) {
   if (!pre.sequence) return byte_level(pre);
   std::string text = "{\n    \"type\": \"Sequence\",\n    \"pretokenizers\": [\n";
   for (const SplitStep& step : pre.splits)
-    text += std::string("      {\"type\": \"Split\", \"pattern\": {\"") + (step.is_regex ? "Regex" : "String") +
-            "\": " + json_quoted(step.pattern) + "}, \"behavior\": \"Isolated\", \"invert\": false},\n";
+    text += std::string("      {\"type\": \"Split\", \"pattern\": {\"") +
+            (step.is_regex ? "Regex" : "String") + "\": " + json_quoted(step.pattern) +
+            "}, \"behavior\": \"Isolated\", \"invert\": false},\n";
   return text + "      " + byte_level(pre) + "\n    ]\n  }";
 }
 
 }  // namespace
 
 std::string write_tokenizer_json(const BpeTokenizer::State& s) {
-  std::string out = "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [";
+  std::string out =
+      "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [";
   for (std::size_t i = 0; i < s.added.size(); ++i) {
     const AddedToken& t = s.added[i];
     out += std::string(i == 0 ? "\n" : ",\n") + "    {\"id\": " + std::to_string(t.id) +
            ", \"content\": " + json_quoted(t.content) +
-           ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": " + flag(t.normalized) +
-           ", \"special\": " + flag(t.special) + "}";
+           ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": " +
+           flag(t.normalized) + ", \"special\": " + flag(t.special) + "}";
   }
   out += s.added.empty() ? "],\n" : "\n  ],\n";
   out += "  \"normalizer\": null,\n";
   out += "  \"pre_tokenizer\": " + pre_tokenizer(s.pre) + ",\n";
   out += "  \"post_processor\": null,\n";
-  out += "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, \"use_regex\": true},\n";
+  out +=
+      "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, "
+      "\"use_regex\": true},\n";
   out += "  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": ";
   out += s.unk_token ? json_quoted(*s.unk_token) : std::string("null");
   out += ",\n    \"continuing_subword_prefix\": null,\n    \"end_of_word_suffix\": null,\n";
-  out += std::string("    \"fuse_unk\": ") + flag(s.fuse_unk) + ",\n    \"byte_fallback\": " + flag(s.byte_fallback) +
-         ",\n";
+  out += std::string("    \"fuse_unk\": ") + flag(s.fuse_unk) +
+         ",\n    \"byte_fallback\": " + flag(s.byte_fallback) + ",\n";
   // Written only when set: releases before 0.19 do not know the key.
   if (s.ignore_merges) out += "    \"ignore_merges\": true,\n";
   out += "    \"vocab\": {";
   bool first = true;
   for (std::size_t id = 0; id < s.in_vocab.size(); ++id) {
     if (!s.in_vocab[id]) continue;
-    out += std::string(first ? "\n" : ",\n") + "      " + json_quoted(s.vocab[id]) + ": " + std::to_string(id);
+    out +=
+        std::string(first ? "\n" : ",\n") + "      " + json_quoted(s.vocab[id]) + ": " + std::to_string(id);
     first = false;
   }
   out += "\n    },\n    \"merges\": [";

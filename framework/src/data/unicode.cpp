@@ -9,8 +9,8 @@ namespace {
 
 Category lookup(char32_t code_point) noexcept {
   const CategoryRun* end = kCategoryRuns + kCategoryRunCount;
-  const CategoryRun* after =
-      std::upper_bound(kCategoryRuns, end, code_point, [](char32_t cp, const CategoryRun& run) { return cp < run.first; });
+  const CategoryRun* after = std::upper_bound(
+      kCategoryRuns, end, code_point, [](char32_t cp, const CategoryRun& run) { return cp < run.first; });
   return after == kCategoryRuns ? Cn : static_cast<Category>((after - 1)->category);
 }
 

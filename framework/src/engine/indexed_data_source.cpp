@@ -20,7 +20,9 @@ namespace {
 // holds one.
 constexpr uint64_t kScanLimitBytes = uint64_t{2} << 30;
 
-std::filesystem::path tokenizer_sidecar(const std::string& prefix) { return prefix + ".tokenizer.json"; }
+std::filesystem::path tokenizer_sidecar(const std::string& prefix) {
+  return prefix + ".tokenizer.json";
+}
 
 class IndexedDataSource final : public DataSource {
  public:
@@ -76,8 +78,10 @@ std::optional<data::TokenView::IdRange> ids_to_check(const data::IndexedDataset&
   if (data::dtype_min(dataset.dtype()) >= 0 && data::dtype_max(dataset.dtype()) < bound) return std::nullopt;
   const uint64_t bytes = dataset.token_count() * data::dtype_size(dataset.dtype());
   if (bytes > kScanLimitBytes) {
-    log_info("data", dataset.prefix().string() + ".bin is " + std::to_string(bytes >> 20) +
-                         " MiB: its token ids are checked against model.vocab_size as batches are read, not all at start");
+    log_info(
+        "data",
+        dataset.prefix().string() + ".bin is " + std::to_string(bytes >> 20) +
+            " MiB: its token ids are checked against model.vocab_size as batches are read, not all at start");
     return std::nullopt;
   }
   return dataset.tokens().id_range();
@@ -91,14 +95,15 @@ bool vocabulary_check(const data::IndexedDataset& dataset, const data::Tokenizer
   const std::string path = dataset.prefix().string();
   const std::string vocab_text = "model.vocab_size is " + std::to_string(model_vocab);
   if (!tokenizer_file.empty() && tokenizer.vocab_size() > model_vocab)
-    throw config::ConfigError("model.vocab_size", vocab_text + ", but the tokenizer data.tokenizer = " + tokenizer_file +
-                                                      " has " + std::to_string(tokenizer.vocab_size()) +
-                                                      " tokens: set model.vocab_size to at least that (a multiple of "
-                                                      "64 above it, e.g. 50304 for GPT-2's 50257, is faster)");
+    throw config::ConfigError(
+        "model.vocab_size", vocab_text + ", but the tokenizer data.tokenizer = " + tokenizer_file + " has " +
+                                std::to_string(tokenizer.vocab_size()) +
+                                " tokens: set model.vocab_size to at least that (a multiple of "
+                                "64 above it, e.g. 50304 for GPT-2's 50257, is faster)");
   const int64_t limit = tokenizer_file.empty() ? model_vocab : std::min(model_vocab, tokenizer.vocab_size());
   // With the byte tokenizer, whether ids go beyond 255 matters too.
-  const auto range =
-      ids_to_check(dataset, tokenizer_file.empty() ? std::min<int64_t>(limit, data::ByteTokenizer::kVocabSize) : limit);
+  const auto range = ids_to_check(
+      dataset, tokenizer_file.empty() ? std::min<int64_t>(limit, data::ByteTokenizer::kVocabSize) : limit);
   if (!range || range->min > range->max) return false;
   if (range->min < 0)
     throw config::ConfigError("data.path", path + " holds the token id " + std::to_string(range->min) +
@@ -106,20 +111,25 @@ bool vocabulary_check(const data::IndexedDataset& dataset, const data::Tokenizer
   const std::string holds = path + " holds token ids up to " + std::to_string(range->max);
   std::error_code ec;
   const bool has_sidecar = std::filesystem::exists(tokenizer_sidecar(path), ec);
-  const std::string hint =
-      has_sidecar ? " (" + tokenizer_sidecar(path).string() + ", beside it, is the tokenizer it was prepared with)" : "";
+  const std::string hint = has_sidecar ? " (" + tokenizer_sidecar(path).string() +
+                                             ", beside it, is the tokenizer it was prepared with)"
+                                       : "";
   if (range->max >= model_vocab)
-    throw config::ConfigError("model.vocab_size", vocab_text + ", but data.path = " + holds +
-                                                      ": set model.vocab_size above " + std::to_string(range->max) +
-                                                      " (the vocabulary of the tokenizer the data was prepared with" +
-                                                      hint + ")");
+    throw config::ConfigError(
+        "model.vocab_size", vocab_text + ", but data.path = " + holds + ": set model.vocab_size above " +
+                                std::to_string(range->max) +
+                                " (the vocabulary of the tokenizer the data was prepared with" + hint + ")");
   if (!tokenizer_file.empty() && range->max >= tokenizer.vocab_size())
-    throw config::ConfigError("data.tokenizer", tokenizer_file + " has " + std::to_string(tokenizer.vocab_size()) +
-                                                    " tokens, but data.path = " + holds +
-                                                    ": the dataset was prepared with another tokenizer" + hint);
+    throw config::ConfigError("data.tokenizer",
+                              tokenizer_file + " has " + std::to_string(tokenizer.vocab_size()) +
+                                  " tokens, but data.path = " + holds +
+                                  ": the dataset was prepared with another tokenizer" + hint);
   if (tokenizer_file.empty() && range->max >= data::ByteTokenizer::kVocabSize) {
-    log_warn("data", holds + ", beyond the byte tokenizer's 0..255: text samples show token ids; set data.tokenizer "
-                             "to the tokenizer.json the data was prepared with" + hint);
+    log_warn("data",
+             holds +
+                 ", beyond the byte tokenizer's 0..255: text samples show token ids; set data.tokenizer "
+                 "to the tokenizer.json the data was prepared with" +
+                 hint);
     return true;
   }
   return false;
