@@ -134,7 +134,7 @@ int train(const std::vector<std::string>& args) {
   if (vocab_size <= 0) throw po::error("give --vocab-size N (at least 256 plus the special tokens)");
   if (output.empty()) throw po::error("give --output FILE (a tokenizer.json)");
   if (no_special && !specials.empty()) throw po::error("--no-special and --special contradict each other");
-  if (!no_special && specials.empty()) specials.push_back("<|endoftext|>");
+  if (!no_special && specials.empty()) specials.emplace_back("<|endoftext|>");
 
   data::BpeTrainer trainer({vocab_size, min_frequency, specials});
   std::set<fs::path> exclude;

@@ -187,7 +187,7 @@ BpeTokenizer BpeTrainer::train(BpeTrainingSummary* summary) const {
   for (std::size_t id = 0; id < state->vocab.size(); ++id)
     strings.emplace(state->vocab[id], static_cast<int32_t>(id));
   for (const std::string& special : options_.special_tokens) {
-    if (strings.count(special) != 0)
+    if (strings.contains(special))
       throw DataError(
           "", "special token \"" + special + "\" is already a token of the vocabulary (as byte-level text)");
     const auto id = static_cast<int32_t>(state->vocab.size());

@@ -24,6 +24,6 @@ std::string to_token_string(std::string_view bytes);
 std::optional<std::string> to_bytes(std::string_view token_string);
 
 // UTF-8 encoding of one code point (<= U+10FFFF).
-void append_utf8(std::string& out, char32_t code_point);
+void append_utf8(std::string& out, char32_t cp);
 
 }  // namespace plexus::data::byte_level

@@ -25,7 +25,7 @@ std::string hex_code_point(char32_t cp) {
 
 // General_Category names as Oniguruma accepts them (case, spaces, '_' and '-' ignored): the short
 // and long aliases of PropertyValueAliases.txt.
-bool category_mask(std::string name, CategoryMask& mask) {
+bool category_mask(const std::string& name, CategoryMask& mask) {
   std::string key;
   for (const char c : name)
     if (c != ' ' && c != '_' && c != '-')
@@ -114,7 +114,7 @@ class Parser {
 
  private:
   [[noreturn]] void fail(const std::string& what) const { fail_at(at_, what); }
-  [[noreturn]] void fail_at(std::size_t offset, const std::string& what) const {
+  [[noreturn]] static void fail_at(std::size_t offset, const std::string& what) {
     throw RegexError(what + " at offset " + std::to_string(offset) + " of the pattern");
   }
   bool done() const { return at_ >= p_.size(); }
