@@ -1,36 +1,29 @@
-// `plexus data prepare|inspect`: text files to a byte-token dataset in Megatron-LM's indexed
-// format (PREFIX.bin + PREFIX.idx), and a look inside any such dataset.
+// `plexus data prepare|inspect`: text files to a token dataset in Megatron-LM's indexed format
+// (PREFIX.bin + PREFIX.idx), and a look inside any such dataset.
 //
 // Choices made by prepare (also in its --help):
-// - Inputs are named files or directories. Directories are walked recursively, entries in
-//   byte-wise sorted path order; names starting with '.' (.git, editor files) are skipped,
-//   as are entries that are neither regular files nor directories (sockets, fifos, broken
-//   links: a warning each). Symbolic links to files are followed; links to directories are
-//   not (no cycles). A file reached twice is read once. The dataset's own PREFIX.bin/.idx
-//   are never read as input.
-// - Input must be UTF-8 text. A file that contains a NUL byte or is not valid UTF-8 is
-//   binary: named on the command line it is an error; found by walking a directory it is
-//   skipped with a warning (a corpus directory often holds an image or an archive). A
-//   leading UTF-8 byte order mark is dropped. A file that cannot be read is always an error.
-// - Documents are paragraphs: runs of non-blank lines, separated by blank (empty or
-//   whitespace-only) lines; a paragraph's lines are joined with '\n' and CRLF becomes LF.
-//   With --document-per-file each file is one document, its text unchanged. Documents with
-//   fewer than --min-doc-chars characters (UTF-8 code points) are dropped, and so are
-//   documents that are only whitespace.
-// - The byte tokenizer writes one token per byte, no end-of-document token (tokenizer.hpp).
-//   The default dtype is uint16, what Megatron's preprocess_data.py picks for a vocabulary
-//   under 65500 (DType.optimal_dtype); uint8 halves the file and Megatron reads it too.
+// - Inputs, their UTF-8 check and their documents (paragraphs, or one per file): see
+//   text_corpus.hpp. The dataset's own PREFIX.bin/.idx are never read as input.
+// - The tokenizer: the byte tokenizer (one token per byte, no end-of-document token,
+//   tokenizer.hpp), or with --tokenizer a byte-level BPE tokenizer.json (bpe_tokenizer.hpp).
+//   A BPE tokenizer's end-of-document token (<|endoftext|>, <|end_of_text|>, ...; --eod names
+//   another, --no-eod leaves it out) ends every document, as Megatron's preprocess_data.py
+//   --append-eod does, so a training window that spans two documents sees where one ends.
+// - The dtype: by default Megatron's DType.optimal_dtype, uint16 for a vocabulary under 65500,
+//   else int32; uint8 (at most 256 tokens) halves a byte dataset and Megatron reads it too.
+// - With --tokenizer the tokenizer.json is copied beside the dataset as PREFIX.tokenizer.json,
+//   so the dataset carries what decodes it (plexus data inspect uses it; data.tokenizer may
+//   name it). Preparing a byte dataset removes a PREFIX.tokenizer.json left by an earlier one.
 // - Any error leaves no output behind: the writer works on temporary files and renames them
 //   only at the end.
 #include <algorithm>
-#include <cerrno>
+#include <chrono>
 #include <cmath>
-#include <cstring>
-#include <fstream>
+#include <cstdio>
 #include <iostream>
+#include <limits>
 #include <set>
 #include <span>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -40,8 +33,10 @@
 
 #include "plexus/cli.hpp"
 #include "plexus/commands.hpp"
+#include "plexus/core/data/bpe_tokenizer.hpp"
 #include "plexus/core/data/indexed_dataset.hpp"
 #include "plexus/core/data/tokenizer.hpp"
+#include "plexus/text_corpus.hpp"
 
 namespace plexus::cli {
 namespace {
@@ -49,190 +44,96 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kHelp = R"(usage: plexus data prepare --input FILE_OR_DIR... --output-prefix PREFIX [options]
-       plexus data inspect PREFIX [--json] [--chars N] [--first-tokens N]
+       plexus data inspect PREFIX [--json] [--chars N] [--first-tokens N] [--tokenizer FILE]
 
-prepare: tokenizes UTF-8 text files with the byte tokenizer (token = byte, vocabulary 256, no
-         end-of-document token) into PREFIX.bin and PREFIX.idx, Megatron-LM's indexed
-         dataset format, readable by Megatron as by Plexus.
+prepare: tokenizes UTF-8 text files into PREFIX.bin and PREFIX.idx, Megatron-LM's indexed
+         dataset format, readable by Megatron as by Plexus. The tokenizer is the byte
+         tokenizer (token = byte, vocabulary 256, no end-of-document token), or with
+         --tokenizer a byte-level BPE tokenizer.json (Hugging Face's format, as GPT-2 and
+         Llama 3 ship, or made by `plexus tokenizer train`); its end-of-document token, if it
+         has one (<|endoftext|>, <|end_of_text|>, </s>, ...), is appended to every document
+         (--eod TOKEN picks another, --no-eod none) and the file is copied to
+         PREFIX.tokenizer.json. The dtype is uint16 for a vocabulary under 65500, else int32
+         (Megatron's rule), unless --dtype says otherwise.
          Each file is split into documents at blank lines (paragraphs), or is one document
          with --document-per-file. Directories are walked recursively in sorted order;
          names that start with '.' are skipped, and so are non-regular entries and binary
          files (a NUL byte or invalid UTF-8), with a warning each; a binary file named on
          the command line is an error. Nothing is written unless everything succeeds.
 inspect: prints a dataset's dtype, sequence, document and token counts and the start of its
-         text (or of its token ids, if they are not bytes). Reads any Megatron indexed
-         dataset with an integer dtype.
+         text, decoded with PREFIX.tokenizer.json or --tokenizer when the ids are not bytes
+         (else the ids). Reads any Megatron indexed dataset with an integer dtype.
 )";
 
-// ------------------------------------------------------------------------------ text ---
+fs::path tokenizer_sidecar(const fs::path& prefix) {
+  fs::path path = prefix;
+  path += ".tokenizer.json";
+  return path;
+}
 
-// The offset of the first byte that is not part of well-formed UTF-8 (no overlongs, no
-// surrogates, nothing above U+10FFFF), or npos.
-std::size_t invalid_utf8_at(std::string_view text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const std::size_t n = text.size();
-  std::size_t i = 0;
-  while (i < n) {
-    const unsigned char c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t length = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
-      length = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      length = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      length = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return i;
-    }
-    if (i + length > n) return i;
-    if (s[i + 1] < lo || s[i + 1] > hi) return i;
-    for (std::size_t k = 2; k < length; ++k)
-      if (s[i + k] < 0x80 || s[i + k] > 0xBF) return i;
-    i += length;
+// Megatron's DType.optimal_dtype, and whether a dtype holds every id of a vocabulary.
+data::TokenDtype optimal_dtype(int64_t vocab_size) {
+  return vocab_size < 65500 ? data::TokenDtype::uint16 : data::TokenDtype::int32;
+}
+
+// The end-of-document token prepare appends: --eod's, the tokenizer's own, or none.
+std::optional<int32_t> choose_eod(const data::Tokenizer& tokenizer, const std::string& eod, bool no_eod) {
+  if (no_eod) return std::nullopt;
+  if (eod.empty()) return tokenizer.end_of_document();
+  const auto* bpe = dynamic_cast<const data::BpeTokenizer*>(&tokenizer);
+  const auto id = bpe != nullptr ? bpe->token_id(eod) : std::nullopt;
+  if (!id) throw po::error("--eod '" + eod + "': the tokenizer has no such token");
+  return id;
+}
+
+// Copies the tokenizer file beside the dataset through a temporary file: `commit` renames it
+// into place once the dataset is.
+class SidecarCopy {
+ public:
+  SidecarCopy(const fs::path& source, fs::path target) : target_(std::move(target)) {
+    temporary_ = target_;
+    temporary_ += ".tmp";
+    std::error_code ec;
+    fs::copy_file(source, temporary_, fs::copy_options::overwrite_existing, ec);
+    if (ec) throw DataError(target_.string(), "cannot write " + target_.string() + ": " + ec.message());
   }
-  return std::string_view::npos;
-}
-
-// Characters = UTF-8 code points (the text is valid UTF-8 by now).
-std::size_t count_chars(std::string_view text) {
-  return static_cast<std::size_t>(
-      std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
-}
-
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v'; }
-bool is_blank(std::string_view text) { return std::all_of(text.begin(), text.end(), is_space); }
-
-std::vector<std::string> paragraphs(std::string_view text) {
-  std::vector<std::string> out;
-  std::string current;
-  bool open = false;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    std::size_t end = text.find('\n', at);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(at, end - at);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (is_blank(line)) {
-      if (open) out.push_back(std::move(current));
-      current.clear();
-      open = false;
-    } else {
-      if (open) current += '\n';
-      current += line;
-      open = true;
-    }
-    at = end + 1;
+  ~SidecarCopy() {
+    std::error_code ec;
+    if (!committed_) fs::remove(temporary_, ec);
   }
-  if (open) out.push_back(std::move(current));
-  return out;
-}
+  SidecarCopy(const SidecarCopy&) = delete;
+  SidecarCopy& operator=(const SidecarCopy&) = delete;
+  void commit() {
+    std::error_code ec;
+    fs::rename(temporary_, target_, ec);
+    if (ec) throw DataError(target_.string(), "cannot rename " + temporary_.string() + " to " + target_.string() + ": " + ec.message());
+    committed_ = true;
+  }
 
-// Why a file's bytes are not UTF-8 text, or "".
-std::string binary_reason(std::string_view text) {
-  const auto nul = text.find('\0');
-  const auto bad = invalid_utf8_at(text);
-  if (nul != std::string_view::npos && nul <= bad) return "a NUL byte at offset " + std::to_string(nul);
-  if (bad != std::string_view::npos) return "invalid UTF-8 at byte offset " + std::to_string(bad);
-  return "";
-}
-
-std::string read_file(const fs::path& file) {
-  errno = 0;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw DataError(file.string(), "cannot read " + file.string() + ": " + std::strerror(errno != 0 ? errno : EIO));
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) throw DataError(file.string(), "cannot read " + file.string() + ": read error");
-  return std::move(contents).str();
-}
-
-// ------------------------------------------------------------------------ input files ---
-
-struct InputFile {
-  fs::path path;
-  bool named = false;  // given on the command line (not found by walking a directory)
+ private:
+  fs::path target_, temporary_;
+  bool committed_ = false;
 };
-
-void warn(const std::string& message) { std::cerr << "plexus data: warning: " << message << "\n"; }
-
-bool hidden(const fs::path& path) {
-  const std::string name = path.filename().string();
-  return !name.empty() && name[0] == '.';
-}
-
-std::vector<InputFile> collect_inputs(const std::vector<std::string>& inputs, const std::set<fs::path>& exclude,
-                                      std::size_t& skipped) {
-  std::vector<InputFile> files;
-  std::set<fs::path> seen = exclude;
-  const auto add = [&](const fs::path& path, bool named) {
-    std::error_code ec;
-    fs::path key = fs::weakly_canonical(path, ec);
-    if (ec) key = fs::absolute(path);
-    if (seen.insert(key).second) files.push_back({path, named});
-  };
-  for (const std::string& input : inputs) {
-    const fs::path path(input);
-    std::error_code ec;
-    const fs::file_status status = fs::status(path, ec);
-    if (!fs::exists(status)) throw DataError(input, "input " + input + ": no such file or directory");
-    if (fs::is_regular_file(status)) {
-      add(path, true);
-      continue;
-    }
-    if (!fs::is_directory(status)) throw DataError(input, "input " + input + ": not a regular file or directory");
-    std::vector<fs::path> found;
-    fs::recursive_directory_iterator it(path, fs::directory_options::none, ec);
-    if (ec) throw DataError(input, "cannot read directory " + input + ": " + ec.message());
-    for (const fs::recursive_directory_iterator end; it != end; it.increment(ec)) {
-      if (ec) throw DataError(input, "cannot read directory " + input + ": " + ec.message());
-      const fs::path entry = it->path();
-      if (hidden(entry)) {
-        if (it->is_directory(ec)) it.disable_recursion_pending();
-        continue;
-      }
-      std::error_code status_ec;
-      const fs::file_status entry_status = fs::status(entry, status_ec);  // follows links
-      if (fs::is_directory(entry_status)) continue;
-      if (fs::is_regular_file(entry_status)) {
-        found.push_back(entry);
-      } else {
-        warn("skipping " + entry.string() + (fs::exists(entry_status) ? ": not a regular file" : ": a broken symbolic link"));
-        ++skipped;
-      }
-    }
-    if (ec) throw DataError(input, "cannot read directory " + input + ": " + ec.message());
-    std::sort(found.begin(), found.end(), [](const fs::path& a, const fs::path& b) { return a.string() < b.string(); });
-    for (const fs::path& file : found) add(file, false);
-  }
-  return files;
-}
 
 // ---------------------------------------------------------------------------- prepare ---
 
 int prepare(const std::vector<std::string>& args) {
   std::vector<std::string> inputs;
-  std::string output_prefix;
-  std::string dtype_name = "uint16";
-  std::size_t min_doc_chars = 1;
-  bool document_per_file = false;
-  bool help = false;
+  std::string output_prefix, dtype_name = "auto", tokenizer_file, eod;
+  CorpusOptions corpus{"plexus data"};
+  bool no_eod = false, help = false;
   po::options_description options("prepare options");
   options.add_options()("input", po::value(&inputs)->multitoken()->composing(),
                         "text file or directory to read (repeatable; several may follow one --input)")(
       "output-prefix", po::value(&output_prefix), "write PREFIX.bin and PREFIX.idx")(
-      "dtype", po::value(&dtype_name)->default_value(dtype_name), "token dtype: uint8, uint16 or int32")(
-      "min-doc-chars", po::value(&min_doc_chars)->default_value(min_doc_chars),
+      "tokenizer", po::value(&tokenizer_file), "a byte-level BPE tokenizer.json (default: the byte tokenizer)")(
+      "eod", po::value(&eod), "the token appended to each document (default: the tokenizer's end-of-document token)")(
+      "no-eod", po::bool_switch(&no_eod), "append no end-of-document token")(
+      "dtype", po::value(&dtype_name)->default_value(dtype_name),
+      "token dtype: auto (uint16 below 65500 tokens, else int32), uint8, uint16 or int32")(
+      "min-doc-chars", po::value(&corpus.min_doc_chars)->default_value(corpus.min_doc_chars),
       "drop documents with fewer characters (UTF-8 code points)")(
-      "document-per-file", po::bool_switch(&document_per_file), "each file is one document (default: each paragraph)")(
+      "document-per-file", po::bool_switch(&corpus.document_per_file), "each file is one document (default: each paragraph)")(
       "help,h", po::bool_switch(&help), "this help");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(options).run(), vm);
@@ -247,70 +148,74 @@ int prepare(const std::vector<std::string>& args) {
   if (lower == ".bin" || lower == ".idx")
     throw po::error("--output-prefix is a prefix: '" + output_prefix + "' would write " + output_prefix + ".bin and " +
                     output_prefix + ".idx (drop the extension)");
-  const auto dtype = data::dtype_from_name(dtype_name);
+  const std::unique_ptr<data::Tokenizer> tokenizer = data::open_tokenizer(tokenizer_file);
+  if (tokenizer_file.empty() && !eod.empty()) throw po::error("--eod needs --tokenizer: the byte tokenizer has no such token");
+  const std::optional<int32_t> eod_id = choose_eod(*tokenizer, eod, no_eod);
+  const int64_t vocab = tokenizer->vocab_size();
+  const std::optional<data::TokenDtype> dtype =
+      dtype_name == "auto" ? std::optional(optimal_dtype(vocab)) : data::dtype_from_name(dtype_name);
   if (!dtype || (*dtype != data::TokenDtype::uint8 && *dtype != data::TokenDtype::uint16 &&
                  *dtype != data::TokenDtype::int32))
-    throw po::error("--dtype must be uint8, uint16 or int32, not '" + dtype_name + "'");
+    throw po::error("--dtype must be uint8, uint16 or int32, not '" + dtype_name +
+                    "' (or auto, the default: uint16 below 65500 tokens, else int32)");
+  if (data::dtype_max(*dtype) < vocab - 1)
+    throw po::error("--dtype " + std::string(data::dtype_name(*dtype)) + " cannot hold the ids of a tokenizer of " +
+                    std::to_string(vocab) + " tokens (its largest is " + std::to_string(data::dtype_max(*dtype)) +
+                    "); use --dtype auto");
 
   const fs::path prefix(output_prefix);
   std::set<fs::path> outputs;
-  for (const fs::path& file : {data::bin_path(prefix), data::idx_path(prefix)}) {
+  for (const fs::path& file : {data::bin_path(prefix), data::idx_path(prefix), tokenizer_sidecar(prefix)}) {
     std::error_code ec;
     const fs::path canonical = fs::weakly_canonical(file, ec);
     outputs.insert(ec ? fs::absolute(file) : canonical);
   }
-  std::size_t skipped = 0;
-  const std::vector<InputFile> files = collect_inputs(inputs, outputs, skipped);
+  CorpusStats stats;
+  const std::vector<InputFile> files = collect_inputs(inputs, outputs, corpus, stats);
 
   data::IndexedDatasetWriter writer(prefix, *dtype);  // fails now if the location is unwritable
-  const data::ByteTokenizer tokenizer;
-  std::size_t files_read = 0;
-  uint64_t text_bytes = 0;
+  std::optional<SidecarCopy> sidecar;
+  if (!tokenizer_file.empty()) sidecar.emplace(tokenizer_file, tokenizer_sidecar(prefix));
   std::vector<int32_t> tokens;
-  const auto add_document = [&](std::string_view document) {
-    if (is_blank(document) || count_chars(document) < min_doc_chars) return;
+  const auto start = std::chrono::steady_clock::now();
+  for_each_document(files, corpus, stats, [&](std::string_view document) {
     tokens.clear();
-    tokenizer.encode_append(document, tokens);
+    tokenizer->encode_append(document, tokens);
+    if (eod_id) tokens.push_back(*eod_id);
     writer.add_document(std::span<const int32_t>(tokens));
-  };
-  for (const InputFile& file : files) {
-    std::string text = read_file(file.path);
-    if (const std::string why = binary_reason(text); !why.empty()) {
-      if (file.named)
-        throw DataError(file.path.string(), file.path.string() + ": not UTF-8 text (" + why +
-                                                "); plexus data prepare reads UTF-8 text files");
-      warn("skipping " + file.path.string() + ": not UTF-8 text (" + why + ")");
-      ++skipped;
-      continue;
-    }
-    ++files_read;
-    text_bytes += text.size();
-    std::string_view body(text);
-    if (body.starts_with("\xEF\xBB\xBF")) body.remove_prefix(3);
-    if (document_per_file) {
-      add_document(body);
-    } else {
-      for (const std::string& paragraph : paragraphs(body)) add_document(paragraph);
-    }
-  }
-  if (writer.document_count() == 0) {
-    std::string what = files.empty() ? "no input files were found" : std::to_string(files_read) + " file" +
-                                                                          (files_read == 1 ? "" : "s") + " read";
-    throw DataError(output_prefix, "no documents to write (" + what + ", " + std::to_string(skipped) +
-                                       " skipped; no document had at least " + std::to_string(min_doc_chars) +
-                                       " non-blank character" + (min_doc_chars == 1 ? "" : "s") +
-                                       "); nothing was written");
-  }
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (writer.document_count() == 0)
+    throw DataError(output_prefix,
+                    "no documents to write " + no_documents_message(files, corpus, stats) + "; nothing was written");
   writer.finalize();
+  std::error_code ec;
+  if (sidecar) {
+    sidecar->commit();
+  } else {
+    fs::remove(tokenizer_sidecar(prefix), ec);  // an earlier dataset's; it does not describe this one
+  }
+  std::string tokenizer_text = "byte tokenizer, vocabulary 256";
+  if (!tokenizer_file.empty()) {
+    tokenizer_text = "BPE " + tokenizer_file + ", vocabulary " + std::to_string(vocab);
+    const auto* bpe = dynamic_cast<const data::BpeTokenizer*>(tokenizer.get());
+    tokenizer_text += eod_id ? ", " + bpe->token_string(*eod_id).value_or("?") + " (id " + std::to_string(*eod_id) +
+                                   ") ends each document"
+                             : ", no end-of-document token";
+  }
+  char rate[64];
+  std::snprintf(rate, sizeof rate, "%.2f s, %.1f MB/s", seconds,
+                seconds > 0 ? static_cast<double>(stats.text_bytes) / seconds / 1e6 : 0.0);
   std::cout << "plexus data prepare: wrote " << data::bin_path(prefix).string() << " and "
-            << data::idx_path(prefix).string() << "\n"
-            << "  files:      " << files_read << " read, " << skipped << " skipped\n"
-            << "  documents:  " << writer.document_count() << (document_per_file ? " (one per file)" : " (paragraphs)")
-            << "\n"
-            << "  tokens:     " << writer.token_count() << " (byte tokenizer, vocabulary 256, dtype "
+            << data::idx_path(prefix).string() << (sidecar ? " and " + tokenizer_sidecar(prefix).string() : "") << "\n"
+            << "  files:      " << stats.files_read << " read, " << stats.skipped << " skipped\n"
+            << "  documents:  " << writer.document_count()
+            << (corpus.document_per_file ? " (one per file)" : " (paragraphs)") << "\n"
+            << "  tokens:     " << writer.token_count() << " (" << tokenizer_text << "; dtype "
             << data::dtype_name(*dtype) << ")\n"
             << "  bytes:      " << writer.bin_bytes() << " in .bin, " << writer.idx_bytes() << " in .idx (from "
-            << text_bytes << " bytes of text)\n";
+            << stats.text_bytes << " bytes of text)\n"
+            << "  reading and encoding: " << rate << "\n";
   return 0;
 }
 
@@ -386,10 +291,12 @@ double unigram_entropy(const data::TokenView& tokens) {
 
 int inspect(const std::vector<std::string>& args) {
   std::vector<std::string> prefixes;
+  std::string tokenizer_file;
   bool json = false, help = false;
   std::size_t chars = 200, first_tokens = 32;
   po::options_description options("inspect options");
   options.add_options()("json", po::bool_switch(&json), "print one JSON object (counts and the first token ids)")(
+      "tokenizer", po::value(&tokenizer_file), "decode with this tokenizer.json (default: PREFIX.tokenizer.json if there)")(
       "chars", po::value(&chars)->default_value(chars), "how many characters of text to show")(
       "first-tokens", po::value(&first_tokens)->default_value(first_tokens), "how many token ids --json lists")(
       "help,h", po::bool_switch(&help), "this help");
@@ -439,12 +346,24 @@ int inspect(const std::vector<std::string>& args) {
   std::vector<int64_t> head(take);
   tokens.copy_to(0, head);
   const bool bytes = std::all_of(head.begin(), head.end(), [](int64_t t) { return t >= 0 && t <= 255; });
-  if (bytes) {
+  std::error_code ec;
+  if (tokenizer_file.empty() && !bytes && fs::exists(tokenizer_sidecar(dataset.prefix()), ec))
+    tokenizer_file = tokenizer_sidecar(dataset.prefix()).string();
+  if (bytes && tokenizer_file.empty()) {
     bool more = false;
     const std::string text = printable(data::ByteTokenizer().decode(std::span<const int64_t>(head)), chars, &more);
     std::cout << "text:       \"" << text << "\"" << (more || take < tokens.size() ? "..." : "") << "\n";
+  } else if (!tokenizer_file.empty()) {
+    const std::unique_ptr<data::Tokenizer> tokenizer = data::open_tokenizer(tokenizer_file);
+    std::vector<int32_t> ids;  // a BPE token is at least a byte, so `take` tokens cover `chars` characters
+    for (const int64_t t : head)
+      ids.push_back(t >= 0 && t <= std::numeric_limits<int32_t>::max() ? static_cast<int32_t>(t) : -1);
+    bool more = false;
+    const std::string text = printable(tokenizer->decode_for_display(ids), chars, &more);
+    std::cout << "tokenizer:  " << tokenizer_file << " (vocabulary " << tokenizer->vocab_size() << ")\n"
+              << "text:       \"" << text << "\"" << (more || take < tokens.size() ? "..." : "") << "\n";
   } else {
-    std::cout << "tokens are not bytes (made with another tokenizer); the first token ids:\n ";
+    std::cout << "tokens are not bytes (made with another tokenizer; --tokenizer FILE decodes them); the first token ids:\n ";
     for (std::size_t i = 0; i < std::min<std::size_t>(take, 32); ++i) std::cout << " " << head[i];
     std::cout << (take > 32 ? " ..." : "") << "\n";
   }

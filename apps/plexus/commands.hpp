@@ -8,6 +8,7 @@ namespace plexus::cli {
 int plugins_command(const std::vector<std::string>& args);
 int config_command(const std::vector<std::string>& args);
 int data_command(const std::vector<std::string>& args);
+int tokenizer_command(const std::vector<std::string>& args);
 int op_command(const std::vector<std::string>& args);
 int topology_command(const std::vector<std::string>& args);
 int bench_command(const std::vector<std::string>& args);

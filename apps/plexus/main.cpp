@@ -17,6 +17,8 @@ commands:
   config show FILE|--default [--set K=V]...      print a run config with every default filled in
   data prepare --input F... --output-prefix P    text files to a Megatron indexed dataset (P.bin, P.idx)
   data inspect PREFIX                            counts and the start of a Megatron indexed dataset
+  tokenizer train --input F... --vocab-size N --output T   learn a byte-level BPE tokenizer.json
+  tokenizer encode|decode|inspect --tokenizer T ...        use or look inside a tokenizer.json
   op --backend B --primitive P --input F --output F   one mHC primitive of a fusion backend, fwd + bwd
   bench --backend B[,B...] [--primitive P]       time mHC primitives of fusion backends, check them
   topology WORLD_SIZE [--set K=V]...             the process groups of a job of that many ranks
@@ -38,6 +40,7 @@ int main(int argc, char** argv) {
   if (args[0] == "plugins") return plexus::cli::plugins_command(rest);
   if (args[0] == "config") return plexus::cli::config_command(rest);
   if (args[0] == "data") return plexus::cli::data_command(rest);
+  if (args[0] == "tokenizer") return plexus::cli::tokenizer_command(rest);
   if (args[0] == "op") return plexus::cli::op_command(rest);
   if (args[0] == "topology") return plexus::cli::topology_command(rest);
   if (args[0] == "bench") return plexus::cli::bench_command(rest);

@@ -365,6 +365,12 @@ BOOST_AUTO_TEST_CASE(round_trip_every_integer_dtype) {
         flat.insert(flat.end(), documents[d].begin(), documents[d].end());
       }
       BOOST_TEST(as_vector(dataset.tokens()) == flat, boost::test_tools::per_element());
+      // id_range: the extremes of the whole stream, of a part, and nothing of an empty view.
+      BOOST_TEST(dataset.tokens().id_range().min == lo);
+      BOOST_TEST(dataset.tokens().id_range().max == hi);
+      BOOST_TEST(dataset.document(4).id_range().min == 0);
+      BOOST_TEST(dataset.document(4).id_range().max == 99);
+      BOOST_TEST(dataset.document(1).id_range().min > dataset.document(1).id_range().max);
       std::vector<int64_t> middle(10);
       dataset.tokens().copy_to(500, middle);
       BOOST_TEST(middle == std::vector<int64_t>(flat.begin() + 500, flat.begin() + 510), boost::test_tools::per_element());

@@ -23,12 +23,6 @@ std::string decode_bytes(std::span<const T> tokens) {
 
 }  // namespace
 
-std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
-  std::vector<int32_t> tokens;
-  encode_append(text, tokens);
-  return tokens;
-}
-
 void ByteTokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
   out.reserve(out.size() + text.size());
   for (const char c : text) out.push_back(static_cast<int32_t>(static_cast<unsigned char>(c)));

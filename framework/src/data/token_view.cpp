@@ -1,6 +1,9 @@
 // TokenView: tokens of any integer dtype, read as int64. The .bin is mapped at an arbitrary
 // page offset and Megatron does not align sequences, so every read goes through memcpy.
+#include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 #include <string>
 
 #include "plexus/core/data/indexed_dataset.hpp"
@@ -9,10 +12,57 @@ namespace plexus::data {
 namespace {
 
 template <typename T>
+T load_raw(const std::byte* data, std::size_t index) noexcept {
+  T value;
+  std::memcpy(&value, data + index * sizeof(T), sizeof(T));
+  return value;
+}
+
+template <typename T>
 int64_t load(const std::byte* data, std::size_t index) noexcept {
   T value;
   std::memcpy(&value, data + index * sizeof(T), sizeof(T));
   return static_cast<int64_t>(value);
+}
+
+// The extremes of `count` values: a plain loop the compiler vectorizes (memcpy per element
+// keeps the unaligned reads defined: Megatron does not align sequences).
+template <typename T>
+void extremes(const std::byte* data, std::size_t count, T& lo, T& hi) noexcept {
+  T l = lo, h = hi;
+  for (std::size_t i = 0; i < count; ++i) {
+    const T v = load_raw<T>(data, i);
+    l = std::min(l, v);
+    h = std::max(h, v);
+  }
+  lo = l;
+  hi = h;
+}
+
+// Threaded over large chunks, each the loop above.
+template <typename T>
+TokenView::IdRange range_of(const std::byte* data, std::size_t count) noexcept {
+  TokenView::IdRange range;
+  if (count == 0) return range;
+  constexpr std::size_t kChunk = std::size_t{1} << 22;
+  const auto chunks = static_cast<std::ptrdiff_t>((count + kChunk - 1) / kChunk);
+  std::vector<std::pair<T, T>> found(static_cast<std::size_t>(chunks));
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t c = 0; c < chunks; ++c) {
+    const std::size_t begin = static_cast<std::size_t>(c) * kChunk;
+    const std::size_t n = std::min(kChunk, count - begin);
+    T lo = load_raw<T>(data, begin), hi = lo;
+    extremes<T>(data + begin * sizeof(T), n, lo, hi);
+    found[static_cast<std::size_t>(c)] = {lo, hi};
+  }
+  T lo = found.front().first, hi = found.front().second;
+  for (const auto& [l, h] : found) {
+    lo = l < lo ? l : lo;
+    hi = h > hi ? h : hi;
+  }
+  range.min = static_cast<int64_t>(lo);
+  range.max = static_cast<int64_t>(hi);
+  return range;
 }
 
 template <typename T>
@@ -58,6 +108,18 @@ void TokenView::copy_to(std::size_t offset, std::span<int64_t> out) const {
     case TokenDtype::int32: convert<int32_t>(part.data_, part.count_, out.data()); break;
     case TokenDtype::int64: std::memcpy(out.data(), part.data_, part.count_ * sizeof(int64_t)); break;
     default: break;
+  }
+}
+
+TokenView::IdRange TokenView::id_range() const noexcept {
+  switch (dtype_) {
+    case TokenDtype::uint8: return range_of<uint8_t>(data_, count_);
+    case TokenDtype::int8: return range_of<int8_t>(data_, count_);
+    case TokenDtype::int16: return range_of<int16_t>(data_, count_);
+    case TokenDtype::uint16: return range_of<uint16_t>(data_, count_);
+    case TokenDtype::int32: return range_of<int32_t>(data_, count_);
+    case TokenDtype::int64: return range_of<int64_t>(data_, count_);
+    default: return {};
   }
 }
 

@@ -222,7 +222,16 @@ TrainResult Trainer::run(const TrainerEvents& events) {
     t.write_metrics({{"event", "eval"}, {"step", step_done}, {"val_loss", val}}, events);
     if (!t.writer) return;
     std::string text = "eval at step " + std::to_string(step_done) + ": val_loss " + std::to_string(val);
-    if (t.sample_tokens > 0) text += "\n--- sample ---\n" + t.sample(step_done) + "\n--------------";
+    if (t.sample_tokens > 0) {
+      // A sample is there to be read: if it fails, the run goes on to its checkpoint.
+      std::string sample;
+      try {
+        sample = t.sample(step_done);
+      } catch (const std::exception& e) {
+        sample = "(no sample: " + std::string(e.what()) + ")";
+      }
+      text += "\n--- sample ---\n" + sample + "\n--------------";
+    }
     progress.line(text);
   };
   int64_t saved_step = -1;  // the step of the checkpoint this run wrote last

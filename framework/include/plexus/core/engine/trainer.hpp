@@ -33,9 +33,12 @@ class DataSource {
   virtual std::string decode(const std::vector<int32_t>& tokens) const = 0;
 };
 
-// The DataSource of a run config: the Megatron indexed dataset at data.path, byte tokenizer,
-// windows of model.seq_length, data.split, seeded by run.seed. Throws plexus::DataError (the
-// file and problem) or ConfigError (data.path empty).
+// The DataSource of a run config: the Megatron indexed dataset at data.path, the tokenizer of
+// data.tokenizer (the byte tokenizer when empty), windows of model.seq_length, data.split,
+// seeded by run.seed. Before returning it checks that the tokenizer's vocabulary fits
+// model.vocab_size and that the dataset's ids fit both (a scan of the ids, skipped for a .bin
+// over 2 GiB). Throws plexus::DataError (the file and problem) or ConfigError (data.path
+// empty, data.tokenizer unreadable, a vocabulary mismatch: the keys, files and numbers).
 std::unique_ptr<DataSource> make_indexed_data_source(const boost::json::value& run_config);
 
 struct TrainerEvents {
