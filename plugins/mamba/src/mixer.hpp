@@ -8,7 +8,7 @@
 #include "checks.hpp"
 #include "config.hpp"
 #include "plexus/cpp/layer.hpp"
-#include "plexus_kernels/buffer.hpp"
+#include "workspace.hpp"
 
 namespace plexus::mamba {
 
@@ -22,7 +22,7 @@ class MixerState : public plexus::sdk::LayerState {
   bool saved = false;
   Precision precision = Precision::f32;
   int64_t batch = 0, seq = 0;
-  plexus::kernels::Buffer xhat, rstd, zxbcdt, y, gate_rstd, states;
+  Pooled xhat, rstd, zxbcdt, y, gate_rstd, states;
 };
 
 // Parameter values (float32 or float64 like the activations), in the layer's order.

@@ -25,7 +25,7 @@ void mixer_backward(const MixerConfig& c, const MixerWeights<T>& w, const MixerG
   const T* zx = st.zxbcdt.data<T>();
   const T* y = st.y.data<T>();
   const T* gate_rstd = st.gate_rstd.data<T>();
-  k::Buffer pre_buf, xbc_buf, dt_buf, o_buf, dy_buf, dzx_buf, dxbc_buf, ddt_buf, u_buf;
+  Pooled pre_buf, xbc_buf, dt_buf, o_buf, dy_buf, dzx_buf, dxbc_buf, ddt_buf, u_buf;
 
   // Recomputed: the convolution (before and after SiLU), dt and A.
   T* pre = pre_buf.get<T>(n(rows * cd));

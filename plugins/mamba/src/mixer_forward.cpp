@@ -22,7 +22,7 @@ void mixer_forward(const MixerConfig& c, const MixerWeights<T>& w, int64_t batch
   const int64_t rows = batch * seq, dm = c.d_model, R = c.in_proj_rows(), cd = c.conv_dim(), di = c.d_inner;
   const auto n = [](int64_t v) { return static_cast<std::size_t>(v); };
   const SsdShape ssd = ssd_shape(c, batch, seq);
-  k::Buffer u_buf, zx_local, xbc_buf, dt_buf, y_local, states_local, o_buf;
+  Pooled u_buf, zx_local, xbc_buf, dt_buf, y_local, states_local, o_buf;
 
   // Pre-norm, then in_proj: zxbcdt = u W_in^T, rows [z, x, B, C, dt].
   T* u = u_buf.get<T>(n(rows * dm));

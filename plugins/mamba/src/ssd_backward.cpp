@@ -19,6 +19,7 @@
 #include "plexus_kernels/gemm.hpp"
 #include "ssd.hpp"
 #include "ssd_common.hpp"
+#include "workspace.hpp"
 
 namespace plexus::mamba {
 namespace {
@@ -251,7 +252,8 @@ void ssd_backward(const SsdShape& s, const SsdInputs<T>& in, const T* states, co
   if (units == 0) return;
   const bool parallel = units > 1 && detail::worth_parallel(s.batch * s.seq * s.heads * pn);
   std::vector<T> chunk_decay(static_cast<std::size_t>(s.batch * s.heads * nc));
-  std::vector<T> dleave(static_cast<std::size_t>(s.states_size()));
+  Pooled dleave_buf;
+  T* const dleave = dleave_buf.get<T>(static_cast<std::size_t>(s.states_size()));
   std::vector<T> da_sums(static_cast<std::size_t>(units * hpg));
   detail::PerThread<double> cs_scratch(static_cast<std::size_t>(q));
   detail::PerThread<T> scratch(Work<T>::size(q, N) + static_cast<std::size_t>(q * P));
@@ -259,14 +261,14 @@ void ssd_backward(const SsdShape& s, const SsdInputs<T>& in, const T* states, co
 #pragma omp parallel for schedule(dynamic) if (parallel)
   for (int64_t i = 0; i < units; ++i) {
     T* work = scratch.mine();
-    chunk_state_grads(s, in, dy, ld_dy, detail::unit_at(s, i), cs_scratch.mine(), work, work + q,
-                      dleave.data(), chunk_decay.data());
+    chunk_state_grads(s, in, dy, ld_dy, detail::unit_at(s, i), cs_scratch.mine(), work, work + q, dleave,
+                      chunk_decay.data());
   }
 
   // B2. The gradient of the state leaving each chunk: zero for the last, then backwards.
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t bh = 0; bh < s.batch * s.heads; ++bh) {
-    T* ds = dleave.data() + bh * nc * pn;
+    T* ds = dleave + bh * nc * pn;
     std::memset(static_cast<void*>(ds + (nc - 1) * pn), 0, static_cast<std::size_t>(pn) * sizeof(T));
     for (int64_t c = nc - 2; c >= 0; --c) {
       const T decay = chunk_decay[static_cast<std::size_t>(bh * nc + c + 1)];
@@ -279,7 +281,7 @@ void ssd_backward(const SsdShape& s, const SsdInputs<T>& in, const T* states, co
 #pragma omp parallel for schedule(dynamic) if (parallel)
   for (int64_t i = 0; i < units; ++i) {
     Work<T> w(scratch.mine(), cs_scratch.mine(), q, N);
-    chunk_backward(s, in, states, dleave.data(), dy, ld_dy, detail::unit_at(s, i), w, dx, dB, dC, ld_d, ddt,
+    chunk_backward(s, in, states, dleave, dy, ld_dy, detail::unit_at(s, i), w, dx, dB, dC, ld_d, ddt,
                    da_sums.data() + i * hpg);
   }
 
