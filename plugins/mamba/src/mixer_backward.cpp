@@ -3,8 +3,8 @@
 #include <vector>
 
 #include "conv.hpp"
+#include "dt.hpp"
 #include "gated_norm.hpp"
-#include "heads.hpp"
 #include "mixer.hpp"
 #include "mixer_shapes.hpp"
 #include "plexus_kernels/gemm.hpp"
@@ -51,14 +51,15 @@ void mixer_backward(const MixerConfig& c, const MixerWeights<T>& w, const MixerG
   T* dy = dy_buf.get<T>(n(rows * di));
   gated_norm_backward<T>(gs, d_o, y, zx, R, gate_rstd, w.gated_norm_weight, dy, dzx, R, g.gated_norm_weight);
 
-  // The SSD and D skip: dx, dB, dC (in the convolution output's layout), ddt, dA.
+  // The SSD and D skip: dx, dB, dC (in the convolution output's layout), ddt, dA, dD.
   T* dxbc = dxbc_buf.get<T>(n(rows * cd));
   T* ddt = ddt_buf.get<T>(n(rows * H));
-  std::vector<T> dA(n(H));
-  const SsdInputs<T> in = ssd_inputs(c, static_cast<const T*>(xbc), static_cast<const T*>(dt), A.data());
+  std::vector<T> dA(n(H)), dD(n(H));
+  const SsdInputs<T> in = ssd_inputs(c, static_cast<const T*>(xbc), static_cast<const T*>(dt), A.data(), w.d);
   ssd_backward<T>(ssd_shape(c, batch, seq), in, st.states.data<T>(), dy, di, dxbc, dxbc + di,
-                  dxbc + di + c.groups * c.state_dim, cd, ddt, dA.data());
-  skip_backward<T>(rows, H, c.head_dim, w.d, xbc, cd, dy, dxbc, cd, g.d);
+                  dxbc + di + c.groups * c.state_dim, cd, ddt, dA.data(), dD.data());
+  if (g.d != nullptr)
+    for (int64_t h = 0; h < H; ++h) g.d[h] += dD[n(h)];
   if (g.a_log != nullptr)  // A = -exp(A_log): dA/dA_log = A
     for (int64_t h = 0; h < H; ++h) g.a_log[h] += dA[n(h)] * A[n(h)];
 

@@ -3,8 +3,8 @@
 #include <vector>
 
 #include "conv.hpp"
+#include "dt.hpp"
 #include "gated_norm.hpp"
-#include "heads.hpp"
 #include "mixer.hpp"
 #include "mixer_shapes.hpp"
 #include "plexus_kernels/gemm.hpp"
@@ -47,8 +47,7 @@ void mixer_forward(const MixerConfig& c, const MixerWeights<T>& w, int64_t batch
   // y = SSD(x, dt, A, B, C) + D x.
   T* y = (keep != nullptr ? keep->y : y_local).get<T>(n(rows * di));
   T* states = (keep != nullptr ? keep->states : states_local).get<T>(n(ssd.states_size()));
-  ssd_forward<T>(ssd, ssd_inputs(c, xbc, dt, A.data()), y, di, states);
-  skip_forward<T>(rows, c.heads, c.head_dim, w.d, xbc, cd, y);
+  ssd_forward<T>(ssd, ssd_inputs(c, xbc, dt, A.data(), w.d), y, di, states);
 
   // Gate, grouped RMSNorm, out_proj.
   T* o = o_buf.get<T>(n(rows * di));

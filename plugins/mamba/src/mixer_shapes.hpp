@@ -33,9 +33,9 @@ inline GatedNormShape gated_norm_shape(const MixerConfig& c, int64_t rows) {
   return GatedNormShape{rows, c.d_inner, c.groups, c.norm_eps};
 }
 
-// x, B and C within the convolution's output rows [x | B | C].
+// x, B and C within the convolution's output rows [x | B | C]; D, the skip's weight per head.
 template <class T>
-SsdInputs<T> ssd_inputs(const MixerConfig& c, const T* xbc, const T* dt, const T* A) {
+SsdInputs<T> ssd_inputs(const MixerConfig& c, const T* xbc, const T* dt, const T* A, const T* D) {
   SsdInputs<T> in;
   in.x = xbc;
   in.B = xbc + c.d_inner;
@@ -43,6 +43,7 @@ SsdInputs<T> ssd_inputs(const MixerConfig& c, const T* xbc, const T* dt, const T
   in.ld = c.conv_dim();
   in.dt = dt;
   in.A = A;
+  in.D = D;
   return in;
 }
 

@@ -30,7 +30,9 @@ struct SsdShape {
 
 // The scan's inputs. x, B and C are column blocks of one [batch * seq, ld] buffer (the
 // convolution's output): head h reads x columns [h P, (h + 1) P), group g reads B and C columns
-// [g N, (g + 1) N). dt is [batch * seq, heads] (after softplus), A is [heads] (negative).
+// [g N, (g + 1) N). dt is [batch * seq, heads] (after softplus), A is [heads] (negative). D
+// [heads], when given, adds the skip D x to y (and its gradient in backward), fused into the
+// chunks' last pass over y as Mamba's kernels do.
 template <class T>
 struct SsdInputs {
   const T* x = nullptr;
@@ -39,6 +41,7 @@ struct SsdInputs {
   int64_t ld = 0;
   const T* dt = nullptr;
   const T* A = nullptr;
+  const T* D = nullptr;
 };
 
 // y [batch * seq, ld_y]: head h's output in columns [h P, (h + 1) P), written. states: the
@@ -48,10 +51,10 @@ void ssd_forward(const SsdShape& shape, const SsdInputs<T>& in, T* y, int64_t ld
 
 // The gradients of sum(dy * y) for the y of ssd_forward (whose states are given): dx, dB and dC
 // in the layout of x, B and C (columns of one [batch * seq, ld_d] buffer), ddt [batch * seq,
-// heads] and dA [heads], all written.
+// heads], dA [heads] and, when in.D is given, dD [heads]; all written.
 template <class T>
 void ssd_backward(const SsdShape& shape, const SsdInputs<T>& in, const T* states, const T* dy, int64_t ld_dy,
-                  T* dx, T* dB, T* dC, int64_t ld_d, T* ddt, T* dA);
+                  T* dx, T* dB, T* dC, int64_t ld_d, T* ddt, T* dA, T* dD);
 
 // Matrix-product FLOPs (2 per multiply-add) of one ssd_forward and one ssd_backward, as run
 // (the diagonal blocks' products are full Q x Q products).

@@ -118,6 +118,24 @@ void zero_rows(int64_t rows, int64_t cols, T* a, int64_t ld) {
     std::memset(static_cast<void*>(a + r * ld), 0, static_cast<std::size_t>(cols) * sizeof(T));
 }
 
+// dx += D dy over a head's block of rows; returns sum(x dy), the block's share of dD.
+template <class T>
+PLEXUS_KERNELS_SIMD_CLONES T add_skip_grad(int64_t rows, int64_t cols, T D, const T* x, int64_t ld_x,
+                                           const T* dy, int64_t ld_dy, T* dx, int64_t ld_dx) {
+  T sum = T(0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * ld_x;
+    const T* dyr = dy + r * ld_dy;
+    T* dxr = dx + r * ld_dx;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < cols; ++c) {
+      sum += xr[c] * dyr[c];
+      dxr[c] += D * dyr[c];
+    }
+  }
+  return sum;
+}
+
 // Per-thread scratch of a chunk's backward, carved from one T buffer and one double buffer.
 template <class T>
 struct Work {
@@ -161,11 +179,12 @@ void chunk_state_grads(const SsdShape& s, const SsdInputs<T>& in, const T* dy, i
   }
 }
 
-// B3. Everything else of one chunk, every head of its group.
+// B3. Everything else of one chunk, every head of its group. The skip D x's gradient is added to
+// dx here (dx += D dy; dD's share in dd_sums), as Mamba's own kernels do.
 template <class T>
 void chunk_backward(const SsdShape& s, const SsdInputs<T>& in, const T* states, const T* dleave, const T* dy,
                     int64_t ld_dy, const Unit& u, Work<T>& w, T* dx, T* dB, T* dC, int64_t ld_d, T* ddt,
-                    T* da_sums) {
+                    T* da_sums, T* dd_sums) {
   const int64_t P = s.head_dim, N = s.state_dim, q = u.len, H = s.heads;
   const bool has_in = u.c > 0, has_out = u.c + 1 < s.chunks();
   const T* Bg = in.B + u.row0 * in.ld + u.g * N;
@@ -230,6 +249,8 @@ void chunk_backward(const SsdShape& s, const SsdInputs<T>& in, const T* states, 
       }
     }
 
+    if (in.D != nullptr) dd_sums[j] = add_skip_grad(q, P, in.D[h], xh, in.ld, dyh, ld_dy, dxh, ld_d);
+
     T dA = T(0);
     for (int64_t kk = 0; kk < q; ++kk) {
       ddt[(u.row0 + kk) * H + h] = w.ddt[kk] + A * w.da[kk];
@@ -245,16 +266,20 @@ void chunk_backward(const SsdShape& s, const SsdInputs<T>& in, const T* states, 
 
 template <class T>
 void ssd_backward(const SsdShape& s, const SsdInputs<T>& in, const T* states, const T* dy, int64_t ld_dy,
-                  T* dx, T* dB, T* dC, int64_t ld_d, T* ddt, T* dA) {
+                  T* dx, T* dB, T* dC, int64_t ld_d, T* ddt, T* dA, T* dD) {
   const int64_t nc = s.chunks(), q = std::min(s.chunk, s.seq), P = s.head_dim, N = s.state_dim, pn = P * N;
   const int64_t units = detail::unit_count(s), hpg = s.heads_per_group();
-  for (int64_t h = 0; h < s.heads; ++h) dA[h] = T(0);
+  for (int64_t h = 0; h < s.heads; ++h) {
+    dA[h] = T(0);
+    if (in.D != nullptr) dD[h] = T(0);
+  }
   if (units == 0) return;
   const bool parallel = units > 1 && detail::worth_parallel(s.batch * s.seq * s.heads * pn);
   std::vector<T> chunk_decay(static_cast<std::size_t>(s.batch * s.heads * nc));
   Pooled dleave_buf;
   T* const dleave = dleave_buf.get<T>(static_cast<std::size_t>(s.states_size()));
-  std::vector<T> da_sums(static_cast<std::size_t>(units * hpg));
+  std::vector<T> da_sums(static_cast<std::size_t>(units * hpg)),
+      dd_sums(static_cast<std::size_t>(units * hpg));
   detail::PerThread<double> cs_scratch(static_cast<std::size_t>(q));
   detail::PerThread<T> scratch(Work<T>::size(q, N) + static_cast<std::size_t>(q * P));
 
@@ -282,20 +307,24 @@ void ssd_backward(const SsdShape& s, const SsdInputs<T>& in, const T* states, co
   for (int64_t i = 0; i < units; ++i) {
     Work<T> w(scratch.mine(), cs_scratch.mine(), q, N);
     chunk_backward(s, in, states, dleave, dy, ld_dy, detail::unit_at(s, i), w, dx, dB, dC, ld_d, ddt,
-                   da_sums.data() + i * hpg);
+                   da_sums.data() + i * hpg, dd_sums.data() + i * hpg);
   }
 
-  // dA per head, summed over batch elements and chunks in a fixed order.
+  // dA and dD per head, summed over batch elements and chunks in a fixed order.
   for (int64_t i = 0; i < units; ++i) {
     const Unit u = detail::unit_at(s, i);
-    for (int64_t j = 0; j < hpg; ++j) dA[u.g * hpg + j] += da_sums[static_cast<std::size_t>(i * hpg + j)];
+    for (int64_t j = 0; j < hpg; ++j) {
+      const auto at = static_cast<std::size_t>(i * hpg + j);
+      dA[u.g * hpg + j] += da_sums[at];
+      if (in.D != nullptr) dD[u.g * hpg + j] += dd_sums[at];
+    }
   }
 }
 
 template void ssd_backward<float>(const SsdShape&, const SsdInputs<float>&, const float*, const float*,
-                                  int64_t, float*, float*, float*, int64_t, float*, float*);
+                                  int64_t, float*, float*, float*, int64_t, float*, float*, float*);
 template void ssd_backward<double>(const SsdShape&, const SsdInputs<double>&, const double*, const double*,
-                                   int64_t, double*, double*, double*, int64_t, double*, double*);
+                                   int64_t, double*, double*, double*, int64_t, double*, double*, double*);
 
 SsdFlops ssd_flops(const SsdShape& s) {
   SsdFlops f;

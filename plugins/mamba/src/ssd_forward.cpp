@@ -32,6 +32,14 @@ PLEXUS_KERNELS_SIMD_CLONES void masked_decay(int64_t len, const double* cs, cons
   }
 }
 
+// y[l][:] += D x[l][:] for a head's block of rows.
+template <class T>
+PLEXUS_KERNELS_SIMD_CLONES void add_skip(int64_t rows, int64_t cols, T D, const T* x, int64_t ld_x, T* y,
+                                         int64_t ld_y) {
+  for (int64_t l = 0; l < rows; ++l)
+    for (int64_t c = 0; c < cols; ++c) y[l * ld_y + c] += D * x[l * ld_x + c];
+}
+
 // dst[s][:] = factor[s] * src[s][:] for `rows` rows of `cols` values.
 template <class T>
 PLEXUS_KERNELS_SIMD_CLONES void scale_rows(int64_t rows, int64_t cols, const T* factor, const T* src,
@@ -65,7 +73,7 @@ void chunk_states(const SsdShape& s, const SsdInputs<T>& in, const Unit& u, doub
   }
 }
 
-// 3. A chunk's output: exp(cs_l) S_in C_l, then the within-chunk part.
+// 3. A chunk's output: exp(cs_l) S_in C_l, then the within-chunk part, then D x.
 template <class T>
 void chunk_output(const SsdShape& s, const SsdInputs<T>& in, const T* states, const Unit& u, double* cs,
                   T* cbt, T* mt, T* factor, T* y, int64_t ld_y) {
@@ -87,8 +95,9 @@ void chunk_output(const SsdShape& s, const SsdInputs<T>& in, const T* states, co
       beta = T(1);
     }
     masked_decay(q, cs, dt, s.heads, cbt, mt);
-    k::gemm<T>(Trans::T, Trans::N, q, P, q, T(1), mt, q, in.x + u.row0 * in.ld + h * P, in.ld, beta, yh,
-               ld_y);
+    const T* xh = in.x + u.row0 * in.ld + h * P;
+    k::gemm<T>(Trans::T, Trans::N, q, P, q, T(1), mt, q, xh, in.ld, beta, yh, ld_y);
+    if (in.D != nullptr) add_skip(q, P, in.D[h], xh, in.ld, yh, ld_y);
   }
 }
 

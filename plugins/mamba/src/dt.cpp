@@ -1,4 +1,4 @@
-#include "heads.hpp"
+#include "dt.hpp"
 
 #include <omp.h>
 
@@ -56,53 +56,10 @@ void dt_backward(int64_t rows, int64_t heads, const T* raw, int64_t ld_raw, cons
   });
 }
 
-template <class T>
-void skip_forward(int64_t rows, int64_t heads, int64_t head_dim, const T* D, const T* x, int64_t ld_x, T* y) {
-  const int64_t width = heads * head_dim;
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * width))
-  for (int64_t i = 0; i < blocks_of(rows); ++i)
-    for (int64_t r = i * kRowBlock; r < std::min(rows, (i + 1) * kRowBlock); ++r)
-      for (int64_t h = 0; h < heads; ++h) {
-        const T d = D[h];
-        const T* xr = x + r * ld_x + h * head_dim;
-        T* yr = y + r * width + h * head_dim;
-        for (int64_t p = 0; p < head_dim; ++p) yr[p] += d * xr[p];
-      }
-}
-
-template <class T>
-void skip_backward(int64_t rows, int64_t heads, int64_t head_dim, const T* D, const T* x, int64_t ld_x,
-                   const T* dy, T* dx, int64_t ld_dx, T* dD) {
-  const int64_t width = heads * head_dim;
-  sum_over_blocks<T>(rows, heads, rows * width, dD, [&](int64_t r0, int64_t r1, T* sums) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t h = 0; h < heads; ++h) {
-        const T d = D[h];
-        const T* xr = x + r * ld_x + h * head_dim;
-        const T* dyr = dy + r * width + h * head_dim;
-        T* dxr = dx + r * ld_dx + h * head_dim;
-        T sum = T(0);
-#pragma omp simd reduction(+ : sum)
-        for (int64_t p = 0; p < head_dim; ++p) {
-          sum += xr[p] * dyr[p];
-          dxr[p] += d * dyr[p];
-        }
-        sums[h] += sum;
-      }
-  });
-}
-
 template void dt_forward<float>(int64_t, int64_t, const float*, int64_t, const float*, float*);
 template void dt_forward<double>(int64_t, int64_t, const double*, int64_t, const double*, double*);
 template void dt_backward<float>(int64_t, int64_t, const float*, int64_t, const float*, const float*, float*,
                                  int64_t, float*);
 template void dt_backward<double>(int64_t, int64_t, const double*, int64_t, const double*, const double*,
                                   double*, int64_t, double*);
-template void skip_forward<float>(int64_t, int64_t, int64_t, const float*, const float*, int64_t, float*);
-template void skip_forward<double>(int64_t, int64_t, int64_t, const double*, const double*, int64_t, double*);
-template void skip_backward<float>(int64_t, int64_t, int64_t, const float*, const float*, int64_t,
-                                   const float*, float*, int64_t, float*);
-template void skip_backward<double>(int64_t, int64_t, int64_t, const double*, const double*, int64_t,
-                                    const double*, double*, int64_t, double*);
-
 }  // namespace plexus::mamba
