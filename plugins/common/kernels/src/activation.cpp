@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "math.hpp"
+#include "plexus_kernels/fast_math.hpp"
 #include "parallel.hpp"
 
 namespace plexus::kernels {

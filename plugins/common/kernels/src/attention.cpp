@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "math.hpp"
+#include "plexus_kernels/fast_math.hpp"
 #include "plexus_kernels/buffer.hpp"
 #include "plexus_kernels/gemm.hpp"
 

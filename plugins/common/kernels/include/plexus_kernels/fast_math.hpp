@@ -1,7 +1,8 @@
-// Internal: scalar math written so that GCC vectorizes loops calling it (no libm calls, no
+// plexus_kernels: scalar math written so that GCC vectorizes loops calling it (no libm calls, no
 // branches, no out-of-line helpers: __builtin_bit_cast, not std::bit_cast, which GCC may leave as
 // a call inside a multiversioned clone), for the fp32 paths. fp64 paths use the C library: they serve
-// gradient checks, where exactness matters more than speed.
+// gradient checks, where exactness matters more than speed. Header-only: the kernels here and the
+// plugins' own elementwise loops (plugins/mamba) use it.
 #pragma once
 
 #include <cmath>

@@ -1,0 +1,246 @@
+#include "mixer_layer.hpp"
+
+#include <memory>
+#include <string>
+
+#include "checks.hpp"
+#include "config.hpp"
+#include "mixer.hpp"
+#include "params.hpp"
+#include "plexus/cpp/host.hpp"
+#include "plexus/cpp/layer.hpp"
+#include "plexus/cpp/tensor.hpp"
+
+namespace plexus::mamba {
+namespace {
+
+using plexus::sdk::Error;
+
+// The layer runs on the CPU; a CUDA device is refused by name until that path exists.
+void expect_cpu(DLDevice device) {
+  if (device.device_type == kDLCPU) return;
+  if (device.device_type == kDLCUDA)
+    throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) +
+                                         ": the CUDA path of this layer is not built yet; it runs "
+                                         "on the CPU only (" +
+                                         plexus::sdk::device_text(device) + " requested)");
+  throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) + " runs on the CPU only (device type " +
+                                       std::to_string(static_cast<int>(device.device_type)) + " requested)");
+}
+
+uint32_t checked_layers(uint32_t num_layers) {
+  if (num_layers < 1)
+    throw Error(PLX_ERR_INVALID_ARGUMENT,
+                std::string(kComponent) +
+                    ": num_layers in the create args must be at least 1 (it scales out_proj's "
+                    "initialization), got 0");
+  return num_layers;
+}
+
+class Mixer final : public plexus::sdk::Layer {
+ public:
+  explicit Mixer(const plx_layer_create_args& args)
+      : config_((expect_cpu(args.device),
+                 MixerConfig::read(plexus::sdk::Host::current(), args.config, args.model_config))),
+        params_(declare_params(config_, checked_layers(args.num_layers))) {}
+
+  plx_layer_info info() const override {
+    plx_layer_info i{};
+    i.struct_size = sizeof(i);
+    i.num_params = static_cast<uint32_t>(params_.specs.size());
+    i.num_stages = 1;
+    i.num_inputs = 1;
+    i.num_outputs = 1;
+    return i;
+  }
+
+  plx_param_spec param(uint32_t index) const override {
+    if (index >= params_.specs.size())
+      throw Error(PLX_ERR_INVALID_ARGUMENT,
+                  std::string(kComponent) + " has " + std::to_string(params_.specs.size()) +
+                      " parameters; there is no parameter " + std::to_string(index));
+    return params_.specs[index];
+  }
+
+  plx_stage_info stage(uint32_t index) const override {
+    expect_stage(index);
+    plx_stage_info s{};
+    s.struct_size = sizeof(s);
+    s.kind = PLX_STAGE_COMPUTE;
+    s.name = kComponent;
+    return s;
+  }
+
+  void output_desc(uint32_t num_inputs, const plx_tensor_desc* inputs, uint32_t num_outputs,
+                   plx_tensor_desc* outputs) const override {
+    expect_counts("output_desc", num_inputs, num_outputs);
+    expect_hidden_desc(inputs[0], config_.d_model, "input 0 (hidden states)");
+    outputs[0] = inputs[0];
+  }
+
+  void init_param(uint32_t index, DLTensor& value, uint64_t seed) override {
+    init_custom_param(config_, params_, index, value, seed);
+  }
+
+  std::unique_ptr<plexus::sdk::LayerState> create_state(uint32_t) override {
+    return std::make_unique<MixerState>();
+  }
+
+  void forward(plexus::sdk::LayerState& state, uint32_t stage, const plx_forward_args& args) override {
+    expect_call("forward", stage, args.num_inputs, args.num_outputs, args.num_params);
+    auto& st = static_cast<MixerState&>(state);
+    if (precision_of(args.inputs[0].dtype, "input 0 (hidden states)") == Precision::f32)
+      run_forward<float>(st, args);
+    else
+      run_forward<double>(st, args);
+  }
+
+  void backward(plexus::sdk::LayerState& state, uint32_t stage, const plx_backward_args& args) override {
+    expect_call("backward", stage, args.num_inputs, args.num_outputs, args.num_params);
+    auto& st = static_cast<MixerState&>(state);
+    if (precision_of(args.grad_outputs[0].dtype, "grad output 0") == Precision::f32)
+      run_backward<float>(st, args);
+    else
+      run_backward<double>(st, args);
+  }
+
+  // The matrix products as run, 2 FLOPs per multiply-add (mixer_flops).
+  void estimate_flops(uint32_t num_inputs, const plx_tensor_desc* inputs, double& forward,
+                      double& backward) const override {
+    expect_counts("estimate_flops", num_inputs, 1);
+    expect_hidden_desc(inputs[0], config_.d_model, "input 0 (hidden states)");
+    const MixerFlops f = mixer_flops(config_, inputs[0].dims[0], inputs[0].dims[1]);
+    forward = f.forward;
+    backward = f.backward;
+  }
+
+ private:
+  void expect_stage(uint32_t stage) const {
+    if (stage != 0)
+      throw Error(PLX_ERR_INVALID_ARGUMENT,
+                  std::string(kComponent) + " has one stage; no stage " + std::to_string(stage));
+  }
+  void expect_counts(const char* what, uint32_t num_inputs, uint32_t num_outputs) const {
+    if (num_inputs != 1 || num_outputs != 1)
+      throw Error(PLX_ERR_INVALID_ARGUMENT,
+                  std::string(what) + ": " + kComponent + " takes 1 input and 1 output, got " +
+                      std::to_string(num_inputs) + " and " + std::to_string(num_outputs));
+  }
+  void expect_call(const char* what, uint32_t stage, uint32_t num_inputs, uint32_t num_outputs,
+                   uint32_t num_params) const {
+    expect_stage(stage);
+    expect_counts(what, num_inputs, num_outputs);
+    if (num_params != params_.specs.size())
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(what) + ": " + kComponent + " has " +
+                                                std::to_string(params_.specs.size()) + " parameters, got " +
+                                                std::to_string(num_params));
+  }
+  // Every parameter (and every wanted gradient) in the activations' dtype with its spec's shape.
+  void expect_params(const DLTensor* params, const DLTensor* grads, DLDataType dtype) const {
+    for (std::size_t i = 0; i < params_.specs.size(); ++i) {
+      const plx_param_spec& p = params_.specs[i];
+      const std::string name = std::string("parameter ") + p.name;
+      if (params[i].data != nullptr && !plx_dtype_equal(params[i].dtype, dtype))
+        throw Error(PLX_ERR_INVALID_ARGUMENT, name + ": dtype " + plexus::sdk::dtype_name(params[i].dtype) +
+                                                  " does not match the activations' " +
+                                                  plexus::sdk::dtype_name(dtype));
+      expect_tensor(params[i], dtype, p.desc.dims, p.desc.ndim, name);
+      if (grads != nullptr && grads[i].data != nullptr)
+        expect_tensor(grads[i], dtype, p.desc.dims, p.desc.ndim, "gradient of " + name);
+    }
+  }
+
+  template <class T>
+  MixerWeights<T> weights(const DLTensor* p) const {
+    const ParamIndex& ix = params_.index;
+    MixerWeights<T> w;
+    w.norm_weight = data<T>(p[ix.norm_weight]);
+    if (ix.norm_bias != ParamIndex::kAbsent) w.norm_bias = data<T>(p[ix.norm_bias]);
+    w.in_proj = data<T>(p[ix.in_proj]);
+    w.conv_weight = data<T>(p[ix.conv_weight]);
+    w.conv_bias = data<T>(p[ix.conv_bias]);
+    w.dt_bias = data<T>(p[ix.dt_bias]);
+    w.a_log = data<T>(p[ix.a_log]);
+    w.d = data<T>(p[ix.d]);
+    w.gated_norm_weight = data<T>(p[ix.gated_norm_weight]);
+    w.out_proj = data<T>(p[ix.out_proj]);
+    return w;
+  }
+
+  template <class T>
+  MixerGrads<T> gradients(const DLTensor* g) const {
+    const ParamIndex& ix = params_.index;
+    const auto at = [&](uint32_t i) -> T* {
+      return i != ParamIndex::kAbsent && g != nullptr && g[i].data != nullptr ? data<T>(g[i]) : nullptr;
+    };
+    MixerGrads<T> out;
+    out.norm_weight = at(ix.norm_weight);
+    out.norm_bias = at(ix.norm_bias);
+    out.in_proj = at(ix.in_proj);
+    out.conv_weight = at(ix.conv_weight);
+    out.conv_bias = at(ix.conv_bias);
+    out.dt_bias = at(ix.dt_bias);
+    out.a_log = at(ix.a_log);
+    out.d = at(ix.d);
+    out.gated_norm_weight = at(ix.gated_norm_weight);
+    out.out_proj = at(ix.out_proj);
+    return out;
+  }
+
+  template <class T>
+  void run_forward(MixerState& st, const plx_forward_args& args) {
+    const DLDataType dt = dtype_of(precision_v<T>);
+    int64_t batch = 0, seq = 0;
+    expect_hidden(args.inputs[0], dt, config_.d_model, "input 0 (hidden states)", batch, seq);
+    expect_tensor(args.outputs[0], dt, {batch, seq, config_.d_model}, "output 0");
+    expect_params(args.params, nullptr, dt);
+    const bool train = (args.flags & PLX_FORWARD_TRAINING) != 0;
+    st.saved = false;  // a failed or inference forward leaves nothing a backward could use
+    mixer_forward<T>(config_, weights<T>(args.params), batch, seq, data<T>(args.inputs[0]),
+                     data<T>(args.outputs[0]), train ? &st : nullptr);
+  }
+
+  template <class T>
+  void run_backward(MixerState& st, const plx_backward_args& args) {
+    const DLDataType dt = dtype_of(precision_v<T>);
+    int64_t batch = 0, seq = 0;
+    expect_hidden(args.grad_outputs[0], dt, config_.d_model, "grad output 0", batch, seq);
+    if (!st.saved)
+      throw Error(
+          PLX_ERR_INVALID_ARGUMENT,
+          "backward without a training forward of this microbatch (PLX_FORWARD_TRAINING was not set)");
+    if (st.precision != precision_v<T>)
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string("backward in ") + plexus::sdk::dtype_name(dt) +
+                                                " after a forward in " +
+                                                plexus::sdk::dtype_name(dtype_of(st.precision)));
+    if (st.batch != batch || st.seq != seq)
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string("backward of shape [") + std::to_string(batch) +
+                                                ", " + std::to_string(seq) + "] after a forward of [" +
+                                                std::to_string(st.batch) + ", " + std::to_string(st.seq) +
+                                                "]");
+    T* dh = nullptr;
+    if (args.grad_inputs[0].data != nullptr) {
+      expect_tensor(args.grad_inputs[0], dt, {batch, seq, config_.d_model}, "grad input 0");
+      dh = data<T>(args.grad_inputs[0]);
+    }
+    expect_params(args.params, args.param_grads, dt);
+    mixer_backward<T>(config_, weights<T>(args.params), gradients<T>(args.param_grads), st,
+                      data<T>(args.grad_outputs[0]), dh);
+  }
+
+  MixerConfig config_;
+  ParamList params_;
+};
+
+}  // namespace
+
+const plx_component_desc* mixer_component() {
+  static const plx_component_desc desc =
+      plexus::sdk::layer_component<Mixer>(kComponent,
+                                          "the Mamba-2 layer (Megatron-LM's MambaLayer), F only: "
+                                          "out_proj(gated grouped RMSNorm(SSD(conv(in_proj(norm(x))))))",
+                                          options_schema());
+  return &desc;
+}
+
+}  // namespace plexus::mamba
