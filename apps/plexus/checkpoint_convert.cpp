@@ -45,7 +45,8 @@ std::string describe(const boost::json::value& config) {
 }
 
 // config with the decoder described by (pattern, num_layers), every other key as it was.
-boost::json::value with_decoder(boost::json::value config, const std::string& pattern, std::int64_t num_layers) {
+boost::json::value with_decoder(boost::json::value config, const std::string& pattern,
+                                std::int64_t num_layers) {
   boost::json::object& model = config.at("model").as_object();
   model["pattern"] = pattern;
   model["num_layers"] = num_layers;
@@ -59,7 +60,8 @@ boost::json::value filled_config(const ck::LoadedCheckpoint& loaded, boost::json
       loaded.state.is_object() ? loaded.state.as_object().if_contains("config") : nullptr;
   if (run_config == nullptr || !run_config->is_object() || !run_config->as_object().contains("model") ||
       !run_config->at("model").is_object())
-    throw CheckpointError(state_file, "has no run config (\"config.model\"): the decoder's layout is unknown");
+    throw CheckpointError(state_file,
+                          "has no run config (\"config.model\"): the decoder's layout is unknown");
   saved = *run_config;
   boost::json::value filled = saved;
   try {
@@ -80,7 +82,8 @@ DecoderPlan plan_of(const PluginHost& host, const boost::json::value& config, co
 
 bool is_gpt_layout(const PluginHost& host, const boost::json::value& config, const DecoderPlan& plan,
                    std::size_t gpt_layers) {
-  const DecoderPlan gpt = plan_of(host, with_decoder(config, "", static_cast<std::int64_t>(gpt_layers)), "the GPT");
+  const DecoderPlan gpt =
+      plan_of(host, with_decoder(config, "", static_cast<std::int64_t>(gpt_layers)), "the GPT");
   return storage_layout(gpt) == storage_layout(plan);
 }
 
@@ -102,7 +105,8 @@ Renamed renamed_tensors(const ck::SafetensorsFile& file, const LayoutRenaming& r
       throw CheckpointError(file.path(), e.what());
     }
     if (const auto [at, inserted] = sources.emplace(target, name); !inserted)
-      throw CheckpointError(file.path(), "tensors " + at->second + " and " + name + " would both become " + target);
+      throw CheckpointError(file.path(),
+                            "tensors " + at->second + " and " + name + " would both become " + target);
     out.changed += target != name ? 1 : 0;
     out.tensors.push_back({target, view.dtype, {view.shape.begin(), view.shape.end()}, view.bytes});
   }
@@ -114,16 +118,18 @@ Renamed renamed_tensors(const ck::SafetensorsFile& file, const LayoutRenaming& r
 ConvertResult convert_checkpoint(const ConvertRequest& request) {
   std::error_code ec;
   if (const auto type = fs::symlink_status(request.destination, ec).type(); type != fs::file_type::not_found)
-    throw CheckpointError(request.destination,
-                          ec ? "cannot inspect: " + ec.message()
-                             : "already exists: the converted checkpoint goes to a new path (nothing is ever replaced)");
+    throw CheckpointError(
+        request.destination,
+        ec ? "cannot inspect: " + ec.message()
+           : "already exists: the converted checkpoint goes to a new path (nothing is ever replaced)");
   const ck::LoadedCheckpoint loaded = ck::load_checkpoint(request.source);
   boost::json::value saved;
   const boost::json::value config = filled_config(loaded, saved);
   const std::string source_config = (loaded.dir / ck::kStateFile).string();
 
   PluginHost host;
-  (void)ensure_component(host, PLX_KIND_STACK, std::string(config.at("model").at("stack").at("component").as_string()),
+  (void)ensure_component(host, PLX_KIND_STACK,
+                         std::string(config.at("model").at("stack").at("component").as_string()),
                          "model.stack.component", request.plugins, config);
   const DecoderPlan from = plan_of(host, config, source_config);
   const std::string from_text = describe(config);
@@ -134,8 +140,9 @@ ConvertResult convert_checkpoint(const ConvertRequest& request) {
   std::int64_t num_layers = static_cast<std::int64_t>(gpt_layers);
   if (request.direction == Direction::gpt_to_hybrid) {
     if (!from_gpt)
-      throw std::invalid_argument("the checkpoint is not a GPT: its decoder is " + from_text +
-                                  ", stored under other names; --direction hybrid-to-gpt converts it to the GPT");
+      throw std::invalid_argument(
+          "the checkpoint is not a GPT: its decoder is " + from_text +
+          ", stored under other names; --direction hybrid-to-gpt converts it to the GPT");
     pattern = request.pattern;
     if (pattern.empty())
       for (std::size_t i = 0; i < gpt_layers; ++i) pattern += "*-";
@@ -145,21 +152,24 @@ ConvertResult convert_checkpoint(const ConvertRequest& request) {
       throw std::invalid_argument("the checkpoint already stores a GPT's tensors (" + from_text +
                                   "): it resumes as the GPT unconverted");
     if (!request.pattern.empty() && request.pattern != pattern_of(config))
-      throw std::invalid_argument("--hybrid-layer-pattern \"" + request.pattern + "\" is not the checkpoint's pattern \"" +
-                                  pattern_of(config) + "\" (" + source_config + ")");
+      throw std::invalid_argument("--hybrid-layer-pattern \"" + request.pattern +
+                                  "\" is not the checkpoint's pattern \"" + pattern_of(config) + "\" (" +
+                                  source_config + ")");
   }
   const boost::json::value target = with_decoder(config, pattern, num_layers);
   const std::string to_text = describe(target);
-  const DecoderPlan to = plan_of(host, target, pattern.empty() ? "the GPT" : "--hybrid-layer-pattern \"" + pattern + "\"");
+  const DecoderPlan to =
+      plan_of(host, target, pattern.empty() ? "the GPT" : "--hybrid-layer-pattern \"" + pattern + "\"");
   if (const std::size_t to_layers = check_gpt_compatible(to, "the destination's decoder (" + to_text + ")");
       to_layers != gpt_layers)
     throw std::invalid_argument("the pattern \"" + pattern + "\" has " + std::to_string(to_layers) +
-                                " attention and MLP layers each, the checkpoint " + std::to_string(gpt_layers) +
-                                " (" + from_text + ")");
+                                " attention and MLP layers each, the checkpoint " +
+                                std::to_string(gpt_layers) + " (" + from_text + ")");
   if (request.direction == Direction::gpt_to_hybrid && is_gpt_layout(host, target, to, gpt_layers))
-    throw std::invalid_argument("the pattern \"" + pattern +
-                                "\" stores a GPT's tensors under the GPT's names: the checkpoint resumes with it "
-                                "unconverted");
+    throw std::invalid_argument(
+        "the pattern \"" + pattern +
+        "\" stores a GPT's tensors under the GPT's names: the checkpoint resumes with it "
+        "unconverted");
 
   const LayoutRenaming renaming(from, to);
   const Renamed model = renamed_tensors(loaded.model, renaming);

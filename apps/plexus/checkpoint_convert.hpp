@@ -19,8 +19,8 @@ struct ConvertRequest {
   std::filesystem::path source;       // a checkpoint directory
   std::filesystem::path destination;  // must not exist
   Direction direction = Direction::gpt_to_hybrid;
-  std::string pattern;                // --hybrid-layer-pattern; empty: the default (or the source's)
-  PluginLoadOptions plugins;          // where the model's stack plugin is found
+  std::string pattern;        // --hybrid-layer-pattern; empty: the default (or the source's)
+  PluginLoadOptions plugins;  // where the model's stack plugin is found
 };
 
 struct ConvertResult {
@@ -28,7 +28,7 @@ struct ConvertResult {
   std::int64_t step = 0;
   std::string from;  // "the GPT of 2 layers", "the pattern \"*-*-\""
   std::string to;
-  std::string pattern;         // the destination's model.pattern ("" for the GPT)
+  std::string pattern;          // the destination's model.pattern ("" for the GPT)
   std::int64_t num_layers = 0;  // the destination's model.num_layers
   std::size_t model_tensors = 0, optimizer_tensors = 0, renamed = 0;
 };

@@ -33,7 +33,8 @@ struct Row {
 // layer ("mtp.layers.0.layers.5.") is the layer's own.
 std::string layer_of(std::string_view name) {
   std::size_t end = 0;
-  for (std::size_t at = name.find("layers."); at != std::string_view::npos; at = name.find("layers.", at + 1)) {
+  for (std::size_t at = name.find("layers."); at != std::string_view::npos;
+       at = name.find("layers.", at + 1)) {
     if (at > 0 && name[at - 1] != '.') continue;
     std::size_t digits = at + 7;
     while (digits < name.size() && name[digits] >= '0' && name[digits] <= '9') ++digits;
@@ -104,13 +105,16 @@ std::string model_summary(const boost::json::value& state) {
   const boost::json::object* model = model_section(state);
   if (model == nullptr) return "unknown (state.json has no run config)";
   const std::string pattern = model->contains("pattern") ? text_of(*model, "pattern") : "";
-  std::string text = pattern.empty() ? "GPT, [*-] x " + text_of(*model, "num_layers")
-                                     : "pattern \"" + pattern + "\", num_layers " + text_of(*model, "num_layers");
+  std::string text = pattern.empty()
+                         ? "GPT, [*-] x " + text_of(*model, "num_layers")
+                         : "pattern \"" + pattern + "\", num_layers " + text_of(*model, "num_layers");
   text += ", hidden " + text_of(*model, "hidden_size") + ", " + text_of(*model, "num_attention_heads") +
-          " heads, sequence " + text_of(*model, "seq_length") + ", vocabulary " + text_of(*model, "vocab_size");
+          " heads, sequence " + text_of(*model, "seq_length") + ", vocabulary " +
+          text_of(*model, "vocab_size");
   const boost::json::value* config = state.as_object().if_contains("config");
   const boost::json::value* mhc = config->as_object().if_contains("mhc");
-  if (mhc != nullptr && mhc->is_object() && mhc->as_object().contains("enabled") && mhc->at("enabled") == true)
+  if (mhc != nullptr && mhc->is_object() && mhc->as_object().contains("enabled") &&
+      mhc->at("enabled") == true)
     text += ", mHC with " + text_of(mhc->as_object(), "num_residual_streams") + " residual streams";
   return text;
 }
@@ -185,7 +189,8 @@ void print_text(const ck::LoadedCheckpoint& loaded, const std::vector<Row>& rows
       {"step", std::to_string(loaded.step) + " (COMPLETE marker present, file sizes as recorded)"}};
   for (const auto& [key, value] : state_of(loaded))
     if (key != "config" && key != "step")
-      lines.emplace_back(std::string(key), value.is_string() ? std::string(value.as_string()) : json_text(value));
+      lines.emplace_back(std::string(key),
+                         value.is_string() ? std::string(value.as_string()) : json_text(value));
   lines.emplace_back("model", model_summary(loaded.state));
   std::size_t label_width = 0;
   for (const auto& line : lines) label_width = std::max(label_width, line.first.size() + 2);
@@ -193,10 +198,12 @@ void print_text(const ck::LoadedCheckpoint& loaded, const std::vector<Row>& rows
 
   std::size_t name_width = 0, shape_width = 0;
   for (const Row& row : rows) {
-    name_width = std::max(name_width, (row.layer.empty() ? row.name.size() : 2 + row.name.size() - row.layer.size()) + 2);
+    name_width = std::max(name_width,
+                          (row.layer.empty() ? row.name.size() : 2 + row.name.size() - row.layer.size()) + 2);
     shape_width = std::max(shape_width, ck::shape_text(row.shape).size());
   }
-  out << "\n" << ck::kModelFile << ": " << rows.size() << " tensors, " << model.parameters << " parameters, "
+  out << "\n"
+      << ck::kModelFile << ": " << rows.size() << " tensors, " << model.parameters << " parameters, "
       << model.bytes << " bytes of tensors (file " << file_bytes(loaded.dir / ck::kModelFile) << " bytes)\n";
   std::string layer;
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -205,17 +212,18 @@ void print_text(const ck::LoadedCheckpoint& loaded, const std::vector<Row>& rows
       std::vector<Row> members;
       for (std::size_t j = i; j < rows.size() && rows[j].layer == row.layer; ++j) members.push_back(rows[j]);
       const Totals t = totals_of(members);
-      out << "  " << row.layer << "  (" << members.size() << " tensors, " << t.parameters << " parameters, " << t.bytes
-          << " bytes)\n";
+      out << "  " << row.layer << "  (" << members.size() << " tensors, " << t.parameters << " parameters, "
+          << t.bytes << " bytes)\n";
     }
     layer = row.layer;
     const std::string label = row.layer.empty() ? row.name : "  " + row.name.substr(row.layer.size());
     out << "  " << padded(label, name_width) << padded(ck::shape_text(row.shape), shape_width + 1)
         << padded(std::string(ck::to_string(row.dtype)), 6) << right(std::to_string(row.bytes), 12) << "\n";
   }
-  out << "\n" << ck::kOptimizerFile << ": " << loaded.optimizer.size() << " tensors, " << optimizer.parameters
-      << " elements, " << optimizer.bytes << " bytes of tensors (file " << file_bytes(loaded.dir / ck::kOptimizerFile)
-      << " bytes)\n";
+  out << "\n"
+      << ck::kOptimizerFile << ": " << loaded.optimizer.size() << " tensors, " << optimizer.parameters
+      << " elements, " << optimizer.bytes << " bytes of tensors (file "
+      << file_bytes(loaded.dir / ck::kOptimizerFile) << " bytes)\n";
 }
 
 }  // namespace

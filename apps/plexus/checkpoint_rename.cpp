@@ -39,17 +39,21 @@ std::vector<const DecoderLayerPlan*> layers_of(const DecoderPlan& plan, const st
 
 std::size_t check_gpt_compatible(const DecoderPlan& plan, const std::string& what) {
   if (plan.mtp_depths > 0)
-    throw std::invalid_argument(what + " has multi-token-prediction layers ('/' in the pattern), which have no GPT "
-                                       "counterpart");
+    throw std::invalid_argument(what +
+                                " has multi-token-prediction layers ('/' in the pattern), which have no GPT "
+                                "counterpart");
   std::size_t attention = 0, mlp = 0;
   for (const DecoderLayerPlan& layer : plan.layers) {
-    if (layer.symbol == kAttention) ++attention;
-    else if (layer.symbol == kMlp) ++mlp;
+    if (layer.symbol == kAttention)
+      ++attention;
+    else if (layer.symbol == kMlp)
+      ++mlp;
     else
-      throw std::invalid_argument(what + ": layer " + std::to_string(layer.physical) + " is '" + layer.symbol + "' (" +
-                                  layer.component +
-                                  "), which has no GPT counterpart: only attention ('*') and MLP ('-') layers convert "
-                                  "(weights are never made up)");
+      throw std::invalid_argument(
+          what + ": layer " + std::to_string(layer.physical) + " is '" + layer.symbol + "' (" +
+          layer.component +
+          "), which has no GPT counterpart: only attention ('*') and MLP ('-') layers convert "
+          "(weights are never made up)");
   }
   if (attention != mlp)
     throw std::invalid_argument(what + " has " + std::to_string(attention) + " attention layers ('*') and " +
@@ -69,16 +73,17 @@ LayoutRenaming::LayoutRenaming(const DecoderPlan& from, const DecoderPlan& to) {
     const auto sources = layers_of(from, symbol);
     const auto targets = layers_of(to, symbol);
     if (sources.size() != targets.size())
-      throw std::invalid_argument(std::string("the source has ") + std::to_string(sources.size()) + " '" + symbol +
-                                  "' layers, the destination " + std::to_string(targets.size()) +
+      throw std::invalid_argument(std::string("the source has ") + std::to_string(sources.size()) + " '" +
+                                  symbol + "' layers, the destination " + std::to_string(targets.size()) +
                                   ": each layer needs its counterpart");
     for (std::size_t i = 0; i < sources.size(); ++i)
-      layers_[sources[i]->checkpoint_prefix].push_back({symbol, modules_of(*sources[i]), targets[i]->checkpoint_prefix});
+      layers_[sources[i]->checkpoint_prefix].push_back(
+          {symbol, modules_of(*sources[i]), targets[i]->checkpoint_prefix});
   }
   for (const DecoderLayerPlan& layer : from.layers)
     if (layer.mtp_depth == 0 && layer.symbol != kAttention && layer.symbol != kMlp)
-      throw std::invalid_argument("the source's layer " + std::to_string(layer.physical) + " ('" + layer.symbol +
-                                  "') has no counterpart");
+      throw std::invalid_argument("the source's layer " + std::to_string(layer.physical) + " ('" +
+                                  layer.symbol + "') has no counterpart");
   from_final_norm_.push_back(from.final_norm_prefix);
   for (const auto& alias : from.final_norm_aliases) from_final_norm_.push_back(alias);
   to_final_norm_ = to.final_norm_prefix;
@@ -101,7 +106,8 @@ std::string LayoutRenaming::rename(const std::string& name) const {
         return member.to_prefix + rest;
     std::string known;
     for (const Member& member : members)
-      known += std::string(known.empty() ? "" : "; ") + "'" + member.symbol + "': " + join(member.modules, ".*");
+      known +=
+          std::string(known.empty() ? "" : "; ") + "'" + member.symbol + "': " + join(member.modules, ".*");
     throw std::invalid_argument("tensor " + name + ": no layer of the group stored under " + layer->first +
                                 " holds the module '" + module + "' (" + known + ")");
   }

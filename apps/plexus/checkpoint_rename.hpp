@@ -46,7 +46,7 @@ class LayoutRenaming {
     std::string to_prefix;
   };
   std::map<std::string, std::vector<Member>> layers_;  // source prefix -> the layers stored under it
-  std::vector<std::string> from_final_norm_;            // the final norm's prefix and its aliases
+  std::vector<std::string> from_final_norm_;           // the final norm's prefix and its aliases
   std::string to_final_norm_;
 };
 

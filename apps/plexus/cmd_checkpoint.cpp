@@ -65,7 +65,8 @@ fs::path resolve_checkpoint(const fs::path& dir) {
       return scan.complete.back().dir;
     }
     for (const ck::SkippedEntry& entry : scan.skipped)
-      if (entry.path.filename().string().starts_with("step_") || entry.path.filename().string().starts_with(".step_"))
+      if (entry.path.filename().string().starts_with("step_") ||
+          entry.path.filename().string().starts_with(".step_"))
         unfinished.push_back(entry);
   }
   if (!unfinished.empty())
@@ -97,7 +98,8 @@ int convert(const std::vector<std::string>& paths, const std::string& direction,
   } else if (direction == "hybrid-to-gpt") {
     request.direction = Direction::hybrid_to_gpt;
   } else {
-    std::cerr << "plexus checkpoint: error: --direction " << (direction.empty() ? "is required" : "'" + direction + "'")
+    std::cerr << "plexus checkpoint: error: --direction "
+              << (direction.empty() ? "is required" : "'" + direction + "'")
               << ": expected gpt-to-hybrid or hybrid-to-gpt\n";
     return 1;
   }
@@ -107,8 +109,8 @@ int convert(const std::vector<std::string>& paths, const std::string& direction,
   std::cout << "converted " << request.source.string() << " (step " << r.step << ", " << r.from << ") to "
             << r.destination.string() << " (" << r.to << "): " << r.model_tensors << " parameter tensors and "
             << r.optimizer_tensors << " optimizer tensors, " << r.renamed << " of them renamed\n"
-            << "resume it with: --set 'model.pattern=" << r.pattern << "' --set model.num_layers=" << r.num_layers
-            << " --resume " << r.destination.string() << "\n";
+            << "resume it with: --set 'model.pattern=" << r.pattern
+            << "' --set model.num_layers=" << r.num_layers << " --resume " << r.destination.string() << "\n";
   return 0;
 }
 
