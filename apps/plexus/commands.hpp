@@ -13,4 +13,5 @@ int op_command(const std::vector<std::string>& args);
 int topology_command(const std::vector<std::string>& args);
 int bench_command(const std::vector<std::string>& args);
 int model_command(const std::vector<std::string>& args);
+int checkpoint_command(const std::vector<std::string>& args);
 }  // namespace plexus::cli

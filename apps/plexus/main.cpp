@@ -23,6 +23,8 @@ commands:
   bench --backend B[,B...] [--primitive P]       time mHC primitives of fusion backends, check them
   topology WORLD_SIZE [--set K=V]...             the process groups of a job of that many ranks
   model show [--config F] [--set K=V]...         the model a config builds: layers, parameters, FLOPs
+  checkpoint inspect DIR [--json]                a checkpoint's step, state, model and tensors
+  checkpoint convert SRC DST --direction D       a GPT checkpoint to a hybrid layout ("*-*-...") or back
   version                                        this host's version and plugin ABI
 
 `plexus <command> --help` tells more.
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
   if (args[0] == "topology") return plexus::cli::topology_command(rest);
   if (args[0] == "bench") return plexus::cli::bench_command(rest);
   if (args[0] == "model") return plexus::cli::model_command(rest);
+  if (args[0] == "checkpoint") return plexus::cli::checkpoint_command(rest);
   if (args[0] == "version" || args[0] == "--version") {
     std::cout << "plexus " << PLEXUS_VERSION_STRING << " (plugin ABI " << PLX_ABI_MAJOR << "." << PLX_ABI_MINOR << ")\n";
     return 0;

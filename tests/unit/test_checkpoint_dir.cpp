@@ -1,5 +1,6 @@
 // Checkpoint directories: write and load, partial and incomplete ones ignored by listing,
-// pruning to the last K, replacing a step, each load error, and the tensor-match report.
+// pruning to the last K, replacing a step, creating a new directory without replacing anything,
+// each load error, and the tensor-match report.
 #define BOOST_TEST_MODULE checkpoint_dir
 #include <boost/test/unit_test.hpp>
 
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -216,6 +218,59 @@ BOOST_AUTO_TEST_CASE(a_failed_write_creates_no_checkpoint_and_leaves_no_partial)
     return contains(e.what(), (file / "sub").string());
   });
   BOOST_TEST(ck::load_checkpoint(root / "step_00000001").step == 1);
+}
+
+// create_checkpoint writes exactly the directory named, and never over anything.
+BOOST_AUTO_TEST_CASE(create_checkpoint_writes_a_new_directory_only) {
+  plexus::test::TempDir tmp;
+  const Fixture f(4);
+  const boost::json::object state{{"step", 4}, {"converted", true}};
+  const fs::path dir = tmp.path() / "missing" / "parent" / "converted";  // parents are created
+  const std::map<std::string, std::string> metadata{{"plexus.layout", "kept"}};
+  BOOST_TEST(ck::create_checkpoint(dir, 4, f.model(), f.optimizer(), state, metadata) == dir);
+  BOOST_TEST((entries(dir.parent_path()) == std::vector<std::string>{"converted"}));  // no partial left
+  const ck::LoadedCheckpoint c = ck::load_checkpoint(dir);
+  BOOST_TEST(c.step == 4);
+  BOOST_TEST(c.state.at("converted").as_bool());
+  BOOST_TEST(c.model.size() == 2U);
+  BOOST_TEST(c.optimizer.size() == 1U);
+  BOOST_TEST(c.model.metadata().at("plexus.layout") == "kept");
+  BOOST_TEST(c.optimizer.metadata().at("plexus.step") == "4");
+  // The same bytes as write_checkpoint writes for the same content.
+  const fs::path written =
+      ck::write_checkpoint(tmp.path() / "root", 4, f.model(), f.optimizer(), state, metadata);
+  for (const char* file : {ck::kModelFile, ck::kOptimizerFile, ck::kStateFile, ck::kCompleteMarker})
+    BOOST_TEST(read_all(dir / file) == read_all(written / file), file);
+
+  // An existing path, a checkpoint or an empty directory or a file, is refused and left as it was.
+  const std::string model_bytes = read_all(dir / ck::kModelFile);
+  const fs::path empty = tmp.path() / "empty";
+  fs::create_directory(empty);
+  const fs::path file = tmp.write("file", "keep");
+  for (const fs::path& existing : {dir, empty, file}) {
+    const Fixture other(9);
+    BOOST_CHECK_EXCEPTION(ck::create_checkpoint(existing, 9, other.model(), other.optimizer(), state), CheckpointError,
+                          [&](const CheckpointError& e) {
+                            BOOST_TEST_INFO(e.what());
+                            return e.file() == existing.string() && contains(e.problem(), "already exists");
+                          });
+  }
+  BOOST_TEST(read_all(dir / ck::kModelFile) == model_bytes);
+  BOOST_TEST(fs::is_empty(empty));
+  BOOST_TEST(read_all(file) == "keep");
+  BOOST_TEST((entries(tmp.path()) == std::vector<std::string>{"empty", "file", "missing", "root"}));
+
+  // A directory named for another step would not load; a canonical name of this step is fine.
+  BOOST_CHECK_THROW(ck::create_checkpoint(tmp.path() / "step_00000005", 4, f.model(), f.optimizer(), state),
+                    std::invalid_argument);
+  BOOST_TEST(!fs::exists(tmp.path() / "step_00000005"));
+  const fs::path named = tmp.path() / "step_00000004";
+  BOOST_TEST(ck::load_checkpoint(ck::create_checkpoint(named, 4, f.model(), f.optimizer(), state)).step == 4);
+  // Invalid tensors are refused before anything is created.
+  const std::vector<float> two{1, 2};
+  const std::vector<ck::TensorData> bad{{"w", ck::DType::f32, {3}, std::as_bytes(std::span(two))}};
+  BOOST_CHECK_THROW(ck::create_checkpoint(tmp.path() / "bad", 1, bad, {}, state), std::invalid_argument);
+  BOOST_TEST(!fs::exists(tmp.path() / "bad"));
 }
 
 BOOST_AUTO_TEST_CASE(loading_names_each_problem) {

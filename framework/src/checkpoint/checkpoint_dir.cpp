@@ -2,6 +2,7 @@
 // pruned and loaded with every problem named.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/json/parse.hpp>
@@ -32,6 +33,7 @@ namespace {
 constexpr std::string_view kStepPrefix = "step_";
 constexpr std::string_view kPartialTag = ".partial-";
 constexpr std::string_view kDeletingTag = ".deleting-";
+constexpr const char* kExistsProblem = "already exists: a new checkpoint is never written over it";
 
 std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
 
@@ -167,6 +169,78 @@ void publish(const fs::path& partial, const fs::path& final_dir) {
   ::rename(aside.c_str(), partial.c_str());  // so the caller's cleanup removes it
 }
 
+// Moves the finished partial directory to dir, which must not exist: an existing one (even one
+// created meanwhile) is never replaced.
+void publish_new(const fs::path& partial, const fs::path& dir) {
+  if (::renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, dir.c_str(), RENAME_NOREPLACE) == 0) return;
+  const int error = errno;
+  if (error == EEXIST || error == ENOTEMPTY) throw CheckpointError(dir, kExistsProblem);
+  if (error != EINVAL && error != ENOSYS)
+    throw CheckpointError(dir, "cannot rename " + partial.string() + " to it: " + errno_text(error));
+  // The filesystem cannot refuse a replacement itself: claim the name with an exclusive mkdir, then
+  // rename over that directory of our own, which is empty (rename replaces nothing else).
+  if (::mkdir(dir.c_str(), 0777) != 0) {
+    const int mkdir_error = errno;
+    throw CheckpointError(dir, mkdir_error == EEXIST ? std::string(kExistsProblem)
+                                                     : "cannot create: " + errno_text(mkdir_error));
+  }
+  if (::rename(partial.c_str(), dir.c_str()) != 0) {
+    const int rename_error = errno;
+    ::rmdir(dir.c_str());
+    throw CheckpointError(dir, "cannot rename " + partial.string() + " to it: " + errno_text(rename_error));
+  }
+}
+
+// Creates dir and its missing parents; when it was created, its parent is fsynced so that its own
+// entry is durable too.
+void create_directory_durably(const fs::path& dir, const std::string& what) {
+  std::error_code ec;
+  const bool created = fs::create_directories(dir, ec);
+  if (ec) throw CheckpointError(dir, what + ": " + ec.message());
+  if (created) {
+    const fs::path parent = (dir.has_filename() ? dir : dir.parent_path()).parent_path();
+    fsync_directory(parent.empty() ? fs::path(".") : parent);
+  }
+}
+
+// A checkpoint's two safetensors files, validated when constructed (std::invalid_argument for
+// invalid tensors), so a refusal happens before anything touches the disk.
+class CheckpointFiles {
+ public:
+  CheckpointFiles(std::int64_t step, std::span<const TensorData> model_tensors,
+                  std::span<const TensorData> optimizer_tensors, const std::map<std::string, std::string>& metadata) {
+    for (const auto& t : model_tensors) model_.add(t);
+    for (const auto& t : optimizer_tensors) optimizer_.add(t);
+    const std::string step_text = std::to_string(step);
+    for (auto* file : {&model_, &optimizer_}) {
+      for (const auto& [key, value] : metadata) file->set_metadata(key, value);
+      file->set_metadata("plexus.step", step_text);
+    }
+  }
+
+  // Creates the directory `into` (removing what an earlier process of the same pid left there) and
+  // writes the files, state.json and the COMPLETE marker last, after everything else is durable.
+  void write_into(const fs::path& into, std::int64_t step, const boost::json::value& state) const {
+    remove_tree(into);
+    std::error_code ec;
+    if (!fs::create_directory(into, ec) || ec)
+      throw CheckpointError(into, "cannot create: " + (ec ? ec.message() : std::string("already exists")));
+    model_.write(into / kModelFile);
+    optimizer_.write(into / kOptimizerFile);
+    write_file_atomically(into / kStateFile, plexus::json_text(state) + "\n");
+    // write_file_atomically fsyncs each file and the directory; the marker records the sizes so
+    // later damage is detected on load.
+    boost::json::object files;
+    for (const char* name : {kModelFile, kOptimizerFile, kStateFile}) files[name] = size_of(into / name);
+    const boost::json::object marker{{"format", "plexus-checkpoint-1"}, {"step", step}, {"files", std::move(files)}};
+    write_file_atomically(into / kCompleteMarker, boost::json::serialize(marker) + "\n");
+  }
+
+ private:
+  SafetensorsWriter model_;
+  SafetensorsWriter optimizer_;
+};
+
 }  // namespace
 
 std::string checkpoint_dir_name(std::int64_t step) {
@@ -180,43 +254,38 @@ fs::path write_checkpoint(const fs::path& root, std::int64_t step, std::span<con
                           const std::map<std::string, std::string>& metadata) {
   if (step < 0) throw std::invalid_argument("checkpoint step must be >= 0, got " + std::to_string(step));
   // Everything that can be refused without touching the disk is refused first.
-  SafetensorsWriter model;
-  SafetensorsWriter optimizer;
-  for (const auto& t : model_tensors) model.add(t);
-  for (const auto& t : optimizer_tensors) optimizer.add(t);
-  const std::string step_text = std::to_string(step);
-  for (auto* file : {&model, &optimizer}) {
-    for (const auto& [key, value] : metadata) file->set_metadata(key, value);
-    file->set_metadata("plexus.step", step_text);
-  }
-
-  std::error_code ec;
-  const bool created = fs::create_directories(root, ec);
-  if (ec) throw CheckpointError(root, "cannot create the checkpoint root: " + ec.message());
-  if (created) {  // make the root's own entry durable too
-    const fs::path parent = (root.has_filename() ? root : root.parent_path()).parent_path();
-    fsync_directory(parent.empty() ? fs::path(".") : parent);
-  }
+  const CheckpointFiles files(step, model_tensors, optimizer_tensors, metadata);
+  create_directory_durably(root, "cannot create the checkpoint root");
   const PartialDir partial(work_dir(root, step, kPartialTag));
-  remove_tree(partial.path());  // left by an earlier process with the same pid
-  if (!fs::create_directory(partial.path(), ec) || ec)
-    throw CheckpointError(partial.path(), "cannot create: " + (ec ? ec.message() : std::string("already exists")));
-
-  model.write(partial.path() / kModelFile);
-  optimizer.write(partial.path() / kOptimizerFile);
-  write_file_atomically(partial.path() / kStateFile, plexus::json_text(state) + "\n");
-
-  // The marker goes last, after every other file is durable (write_file_atomically fsyncs each
-  // file and the directory), and records the sizes so later damage is detected on load.
-  boost::json::object files;
-  for (const char* name : {kModelFile, kOptimizerFile, kStateFile}) files[name] = size_of(partial.path() / name);
-  const boost::json::object marker{{"format", "plexus-checkpoint-1"}, {"step", step}, {"files", std::move(files)}};
-  write_file_atomically(partial.path() / kCompleteMarker, boost::json::serialize(marker) + "\n");
-
+  files.write_into(partial.path(), step, state);
   const fs::path final_dir = root / checkpoint_dir_name(step);
   publish(partial.path(), final_dir);
   fsync_directory(root);
   return final_dir;
+}
+
+fs::path create_checkpoint(const fs::path& dir, std::int64_t step, std::span<const TensorData> model_tensors,
+                           std::span<const TensorData> optimizer_tensors, const boost::json::value& state,
+                           const std::map<std::string, std::string>& metadata) {
+  if (step < 0) throw std::invalid_argument("checkpoint step must be >= 0, got " + std::to_string(step));
+  const fs::path target = dir.has_filename() ? dir : dir.parent_path();  // "out/new/" names new
+  const std::string name = target.filename().string();
+  if (name.empty() || name == "." || name == "..")
+    throw std::invalid_argument("create_checkpoint: '" + dir.string() + "' does not name a new directory");
+  if (const auto named = parse_step_name(name); named && *named != step)
+    throw std::invalid_argument(target.string() + ": a directory named " + name + " holds the checkpoint of step " +
+                                std::to_string(*named) + ", not of step " + std::to_string(step));
+  const CheckpointFiles files(step, model_tensors, optimizer_tensors, metadata);
+  std::error_code ec;
+  if (const auto type = fs::symlink_status(target, ec).type(); type != fs::file_type::not_found)
+    throw CheckpointError(target, ec ? "cannot inspect: " + ec.message() : std::string(kExistsProblem));
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  create_directory_durably(parent, "cannot create the directory");
+  const PartialDir partial(parent / ("." + name + std::string(kPartialTag) + std::to_string(::getpid())));
+  files.write_into(partial.path(), step, state);
+  publish_new(partial.path(), target);
+  fsync_directory(parent);
+  return target;
 }
 
 CheckpointScan scan_checkpoints(const fs::path& root) {

@@ -53,6 +53,20 @@ std::filesystem::path write_checkpoint(const std::filesystem::path& root, std::i
                                        const boost::json::value& state,
                                        const std::map<std::string, std::string>& metadata = {});
 
+// Writes a checkpoint into the directory dir, which must not exist (tools that derive a
+// checkpoint from another, such as `plexus checkpoint convert`, never replace anything): the files
+// are written under ".<name>.partial-<pid>" beside it, COMPLETE last, then the directory is renamed
+// to dir without replacement and the parent is fsynced. Missing parents are created. A dir named
+// step_<8+ digits> must name this step (loading checks it). On failure nothing is created at dir
+// and the partial directory is removed. Throws std::invalid_argument for a negative step, a
+// mismatching step name or invalid tensors; CheckpointError naming dir when it exists (also when it
+// appears while writing) or for I/O failures. The files' metadata as write_checkpoint's.
+std::filesystem::path create_checkpoint(const std::filesystem::path& dir, std::int64_t step,
+                                        std::span<const TensorData> model_tensors,
+                                        std::span<const TensorData> optimizer_tensors,
+                                        const boost::json::value& state,
+                                        const std::map<std::string, std::string>& metadata = {});
+
 struct CheckpointInfo {
   std::int64_t step = 0;
   std::filesystem::path dir;
