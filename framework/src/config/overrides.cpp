@@ -92,7 +92,9 @@ void assign(boost::json::value& root, const std::vector<detail::PathStep>& steps
 
 void apply_override(boost::json::value& root, std::string_view assignment) {
   const std::size_t eq = detail::find_assignment(assignment);
-  const std::string shown = "'" + detail::printable(assignment, max_shown_override) + "'";
+  // The quotes are chars, not one-character literals: "'" + std::string&& trips a false
+  // -Wrestrict of GCC 12 at -O3 inside libstdc++ (cmake/PlexusWarnings.cmake).
+  const std::string shown = '\'' + detail::printable(assignment, max_shown_override) + '\'';
   if (eq == std::string_view::npos) {
     throw ConfigError("", "invalid override " + shown + ": expected <path>=<value>, e.g. train.lr=3e-4");
   }
