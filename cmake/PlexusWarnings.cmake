@@ -11,6 +11,15 @@
 # literal prepended to a temporary std::string, as in "[" + std::to_string(i). The code is correct
 # (g++ at -O2 and clang do not warn); write the character as a char, '[' + std::to_string(i), which
 # takes another overload, and leave -Wrestrict on for everything else.
+#
+# Not a warning about the code: clang reports -Wpass-failed ("loop not vectorized: the optimizer was
+# unable to perform the requested transformation") when it cannot vectorize a loop marked
+# `#pragma omp simd`. The kernels' loops are written and measured for g++, which vectorizes them
+# and, like the OpenMP standard, treats the pragma as permission rather than a demand; clang 14
+# cannot vectorize a few of them (floating-point max reductions, which it vectorizes only when
+# NaNs are ruled out; loops calling libm's exp in the float64 kernels; AdamW's update). Those run
+# scalar in a clang build, with the same results. So in clang's optimizing builds (the only ones
+# that vectorize) this one diagnostic is off; every other stays on.
 option(PLEXUS_WARNINGS_AS_ERRORS "Treat compiler warnings in Plexus's own code as errors" OFF)
 
 function(plexus_strict_warnings target)
@@ -27,5 +36,6 @@ function(plexus_strict_warnings target)
   target_compile_options(${target} PRIVATE
     "$<$<COMPILE_LANGUAGE:CXX>:${cxx}>"
     "$<$<COMPILE_LANGUAGE:C>:${c}>"
-    "$<$<COMPILE_LANGUAGE:CUDA>:${cuda}>")
+    "$<$<COMPILE_LANGUAGE:CUDA>:${cuda}>"
+    "$<$<AND:$<COMPILE_LANG_AND_ID:CXX,Clang>,$<NOT:$<CONFIG:Debug>>>:-Wno-pass-failed>")
 endfunction()
