@@ -5,6 +5,7 @@
 // (tests/reference/mhc_reference.py), so the two files compare name by name.
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -71,9 +72,11 @@ struct Inputs {
   }
 };
 
-// The outputs and gradients, written under their names in one file at the end.
+// The outputs and gradients, written under their names in one file at the end. A deque: the
+// runners keep the reference add() returns while adding more, which a vector's growth would leave
+// dangling.
 struct Outputs {
-  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::deque<std::pair<std::string, Tensor>> tensors;
   Tensor& add(const std::string& name, std::vector<int64_t> shape, DLDataType dtype) {
     tensors.emplace_back(name, Tensor(std::move(shape), dtype));
     return tensors.back().second;

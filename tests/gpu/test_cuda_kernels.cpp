@@ -1,4 +1,4 @@
-// The CUDA kernel library (plugins/common/cuda_kernels) against the CPU library
+// The CUDA kernel library (libs/cuda_kernels) against the CPU library
 // (plugins/common/kernels) and the engine's AdamW: every kernel on random inputs of awkward sizes
 // (not multiples of 32), fp32 and bf16, forward and backward.
 //
@@ -28,7 +28,7 @@
 
 PLEXUS_SKIP_MODULE_UNLESS(false,
                           "built without the CUDA kernel library (PLEXUS_WITH_CUDA=OFF, no CUDA toolkit, or "
-                          "plugins/common/cuda_kernels not part of the build)")
+                          "libs/cuda_kernels not part of the build)")
 BOOST_AUTO_TEST_CASE(cuda_kernels_not_built) {}
 
 #else

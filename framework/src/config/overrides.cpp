@@ -104,7 +104,9 @@ bool string_only(const Schema* schema, const detail::ParsedPath& parsed) {
 
 void apply_typed_override(boost::json::value& root, std::string_view assignment, const Schema* schema) {
   const std::size_t eq = detail::find_assignment(assignment);
-  const std::string shown = "'" + detail::printable(assignment, max_shown_override) + "'";
+  // The quotes are chars, not one-character literals: "'" + std::string&& trips a false
+  // -Wrestrict of GCC 12 at -O3 inside libstdc++ (cmake/PlexusWarnings.cmake).
+  const std::string shown = '\'' + detail::printable(assignment, max_shown_override) + '\'';
   if (eq == std::string_view::npos) {
     throw ConfigError("", "invalid override " + shown + ": expected <path>=<value>, e.g. train.lr=3e-4");
   }

@@ -72,7 +72,9 @@ VCounts checked_counts(const Communicator& comm, const int64_t* counts, const in
   for (int32_t j = 0; j < comm.size(); ++j) {
     const int64_t count = counts[j];
     const int64_t offset = offsets[j];
-    const std::string at = "[" + std::to_string(j) + "]";
+    // Chars, not one-character literals: "[" + std::string&& trips a false -Wrestrict of GCC 12
+    // at -O3 inside libstdc++ (cmake/PlexusWarnings.cmake).
+    const std::string at = '[' + std::to_string(j) + ']';
     if (count < 0 || offset < 0)
       throw Error(PLX_ERR_INVALID_ARGUMENT, call + ": " + (count < 0 ? counts_name : offsets_name) + at +
                                                 " is negative (" +

@@ -1,0 +1,1 @@
+/* The fixture's targets are configured, never compiled: any source will do. */
