@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
-# Configures and builds Plexus into ./build (Ninja, RelWithDebInfo). Extra arguments go to
-# the CMake configure step, e.g. scripts/build.sh -DPLEXUS_WITH_CUDA=OFF.
+# Configures and builds Plexus into ./build (Ninja). The build type is $PLEXUS_BUILD_TYPE (default
+# Release, what users run; Debug, RelWithDebInfo and MinSizeRel build too). Extra arguments go to
+# the CMake configure step, e.g. scripts/build.sh -DPLEXUS_WITH_CUDA=OFF, or
+# -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang (into a fresh PLEXUS_BUILD_DIR).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${PLEXUS_BUILD_DIR:-$root/build}"
 jobs="${PLEXUS_JOBS:-$(nproc)}"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+type="${PLEXUS_BUILD_TYPE:-Release}"
+case "$type" in
+  Debug | Release | RelWithDebInfo | MinSizeRel) ;;
+  *)
+    echo "build.sh: PLEXUS_BUILD_TYPE='$type': expected Debug, Release, RelWithDebInfo or MinSizeRel" >&2
+    exit 2
+    ;;
+esac
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="$type" "$@"
 cmake --build "$build" -j "$jobs"

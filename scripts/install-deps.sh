@@ -14,6 +14,7 @@ packages=(
   binutils                                # nm / readelf for the export checks
   python3-numpy python3-torch             # reference implementations for parity tests (/usr/bin/python3)
   python3-venv                            # scripts/python-env.sh: the tokenizer interop tests' venv
+  libomp-dev                              # OpenMP for clang: test.sh's second build
   python3-pil fonts-dejavu-core           # the plots of scripts/mhc_compare.py
   fortunes                                # the default run's corpus (/usr/share/games/fortunes)
 )

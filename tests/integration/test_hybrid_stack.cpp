@@ -153,3 +153,37 @@ BOOST_AUTO_TEST_CASE(a_third_party_layer_takes_a_symbol) {
   BOOST_TEST_REQUIRE(losses.size() == 4u);
   BOOST_TEST(losses.back() < losses.front());
 }
+
+// A Mamba/attention hybrid with mHC around every layer trains, and resumes bit-identically.
+BOOST_AUTO_TEST_CASE(a_hybrid_with_mhc_resumes_exactly) {
+  Corpus corpus;
+  const std::string hybrid =
+      "--set 'model.pattern=M*[M-]' --set model.num_layers=4"
+      " --set 'model.mamba.options={\"mamba_state_dim\": 8, \"mamba_head_dim\": 16, \"mamba_num_groups\": 2, "
+      "\"chunk_size\": 12}'"
+      " --set 'plugins.load=[\"sequential_scheduler\", \"transformer\", \"mhc_fused\"]'"
+      " --set mhc.enabled=true --set mhc.num_residual_streams=2 --set mhc.backend=mhc_fused ";
+  const auto straight = corpus.dir.path() / "straight";
+  const auto split = corpus.dir.path() / "split";
+  const auto a = run_process(corpus.train(straight.string(), hybrid));
+  BOOST_TEST_REQUIRE(a.status == 0, a.output);
+  const std::vector<double> expected = step_losses(straight / "metrics.jsonl");
+  BOOST_TEST_REQUIRE(expected.size() == 20u);
+  BOOST_TEST(expected.back() < expected.front());
+  const auto first = run_process(corpus.train(split.string(), hybrid + "--set checkpoint.interval=10"));
+  BOOST_TEST_REQUIRE(first.status == 0, first.output);
+  std::vector<double> losses = step_losses(split / "metrics.jsonl");
+  losses.resize(10);
+  fs::remove(split / "metrics.jsonl");
+  fs::remove_all(split / "checkpoints" / "step_00000020");
+  const auto second =
+      run_process(corpus.train(split.string(), hybrid + "--resume " + quote((split / "checkpoints" / "step_00000010").string())));
+  BOOST_TEST_REQUIRE(second.status == 0, second.output);
+  for (double l : step_losses(split / "metrics.jsonl")) losses.push_back(l);
+  BOOST_TEST(losses == expected, boost::test_tools::per_element());
+  const std::string weights = file_bytes(split / "checkpoints" / "step_00000020" / "model.safetensors");
+  BOOST_TEST(contains(weights, "\"decoder.layers.0.mixer.in_proj.weight\""));
+  BOOST_TEST(contains(weights, "\"decoder.layers.2.mlp.linear_fc1.weight\""));  // the group [M-] is layer 2
+  BOOST_TEST(contains(weights, "\"decoder.layers.2.mixer_hyper_connection.mapping_proj.weight\""));
+  BOOST_TEST(contains(weights, "\"decoder.final_layernorm.weight\""));
+}
