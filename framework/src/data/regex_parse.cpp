@@ -365,7 +365,7 @@ class Parser {
         return false;
       case 'p':
       case 'P': {
-        if (!take("{")) fail_at(start, "\\" + std::string(1, c) + " without {Name}");
+        if (!take("{")) fail_at(start, std::string(1, '\\') + c + " without {Name}");
         bool negated = c == 'P';
         if (take("^")) negated = !negated;
         const std::size_t close = p_.find('}', at_);

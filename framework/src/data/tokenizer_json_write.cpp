@@ -76,7 +76,7 @@ std::string write_tokenizer_json(const BpeTokenizer::State& s) {
     const std::string& a = s.vocab[static_cast<std::size_t>(s.merges[i].first)];
     const std::string& b = s.vocab[static_cast<std::size_t>(s.merges[i].second)];
     out += i == 0 ? "\n      " : ",\n      ";
-    out += pairs ? "[" + json_quoted(a) + ", " + json_quoted(b) + "]" : json_quoted(a + " " + b);
+    out += pairs ? '[' + json_quoted(a) + ", " + json_quoted(b) + ']' : json_quoted(a + ' ' + b);
   }
   out += s.merges.empty() ? "]\n  }\n}\n" : "\n    ]\n  }\n}\n";
   return out;

@@ -59,7 +59,7 @@ class IndexedDataSource final : public DataSource {
   std::string decode(const std::vector<int32_t>& tokens) const override {
     if (!ids_only_) return tokenizer_->decode_for_display(tokens);
     std::string text = "[token ids: the dataset is not byte-level; set data.tokenizer to see text]";
-    for (const int32_t token : tokens) text += " " + std::to_string(token);
+    for (const int32_t token : tokens) text += ' ' + std::to_string(token);
     return text;
   }
 
