@@ -455,7 +455,7 @@ boost::json::object to_json(const Setup& s, const std::vector<std::string>& args
   std::string command = "plexus bench";
   boost::json::array argv;
   for (const std::string& a : args) {
-    command += " " + shell_quote(a);
+    command += ' ' + shell_quote(a);
     argv.emplace_back(a);
   }
   boost::json::array json_rows;

@@ -36,7 +36,7 @@ std::optional<ncclDataType_t> native_type(DLDataType t) {
 
 std::string dtype_text(DLDataType t) {
   std::string name = plexus::sdk::dtype_name(t);
-  if (t.lanes != 1) name += "x" + std::to_string(t.lanes);
+  if (t.lanes != 1) name += 'x' + std::to_string(t.lanes);
   return name;
 }
 

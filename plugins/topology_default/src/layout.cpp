@@ -83,10 +83,10 @@ std::vector<std::string_view> parse_order(std::string_view order, const std::str
     const std::size_t dash = order.find('-', start);
     const std::string_view name = order.substr(start, dash == std::string_view::npos ? dash : dash - start);
     if (index_of(name) == kNames.size())
-      refuse(path, "'" + std::string(order) + "' names '" + std::string(name) +
+      refuse(path, '\'' + std::string(order) + "' names '" + std::string(name) +
                        "', which is not a parallelism (expected tp, cp, ep, dp and pp joined by '-')");
     if (std::find(names.begin(), names.end(), name) != names.end())
-      refuse(path, "'" + std::string(order) + "' names " + std::string(name) + " twice");
+      refuse(path, '\'' + std::string(order) + "' names " + std::string(name) + " twice");
     names.push_back(name);
     if (dash == std::string_view::npos) return names;
     start = dash + 1;

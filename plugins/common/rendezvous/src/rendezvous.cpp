@@ -333,7 +333,7 @@ std::string format_ranks(std::vector<int32_t> ranks) {
     if (i > 0) text += ",";
     text += std::to_string(ranks[i]);
     if (j >= i + 2) {  // three or more in a row: a range
-      text += "-" + std::to_string(ranks[j]);
+      text += '-' + std::to_string(ranks[j]);
       i = j + 1;
     } else {
       ++i;

@@ -87,7 +87,7 @@ void Socket::reset() noexcept {
 
 std::string endpoint(std::string_view address, uint16_t port) {
   const bool ipv6 = address.find(':') != std::string_view::npos;
-  return (ipv6 ? "[" + std::string(address) + "]" : std::string(address)) + ":" + std::to_string(port);
+  return (ipv6 ? '[' + std::string(address) + ']' : std::string(address)) + ":" + std::to_string(port);
 }
 
 std::string endpoint(const sockaddr* address, socklen_t length) {
