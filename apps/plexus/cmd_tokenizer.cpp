@@ -87,8 +87,10 @@ std::vector<boost::json::value> read_jsonl(const std::string& file) {
 
 std::string ids_line(const std::vector<int32_t>& ids, bool json) {
   std::string line = json ? "[" : "";
-  for (std::size_t i = 0; i < ids.size(); ++i)
-    line += (i == 0 ? "" : json ? "," : " ") + std::to_string(ids[i]);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) line += json ? ',' : ' ';
+    line += std::to_string(ids[i]);
+  }
   return json ? line + "]" : line;
 }
 
