@@ -90,7 +90,7 @@ Case make_case(const std::string& name, int64_t n, int64_t C, int64_t T, Logits 
 
 std::vector<Case> cases() {
   std::vector<Case> all = plexus::test::standard_mhc_cases(133);
-  for (int64_t n : {1, 2, 4, 8}) all.push_back(make_case("n" + std::to_string(n) + "_C64", n, 64, 133));
+  for (int64_t n : {1, 2, 4, 8}) all.push_back(make_case('n' + std::to_string(n) + "_C64", n, 64, 133));
   all.push_back(make_case("n4_C64_large", 4, 64, 133, Logits::large));
   Case transposed = make_case("n8_C40_transposed", 8, 40, 133, Logits::tiny_sums);
   transposed.transposed = true;

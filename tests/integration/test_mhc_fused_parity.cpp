@@ -430,13 +430,13 @@ std::vector<Case> cases() {
       for (int64_t T : {1, 7, 333}) {
         Case c;
         c.n = n, c.C = C, c.T = T;
-        add(c, "n" + std::to_string(n) + "_C" + std::to_string(C) + "_T" + std::to_string(T));
+        add(c, 'n' + std::to_string(n) + "_C" + std::to_string(C) + "_T" + std::to_string(T));
       }
   // n past the stack arrays (n > 8: heap) and not a multiple of the four-row passes.
   for (int64_t n : {5, 11}) {
     Case c;
     c.n = n, c.C = 129, c.T = n == 5 ? 333 : 40, c.K = 5;
-    add(c, "n" + std::to_string(n) + "_C129_K5");
+    add(c, 'n' + std::to_string(n) + "_C129_K5");
   }
   for (int32_t K : {1, 3}) {
     Case c;
@@ -451,7 +451,7 @@ std::vector<Case> cases() {
       // A column of exact zeros clamps in every iteration, and the chain rule multiplies its
       // gradient by 1/eps each time: past K = 6 that overflows float32 (in both backends alike).
       if (d == Draw::underflow) c.K = 3;
-      add(c, "n" + std::to_string(n) +
+      add(c, 'n' + std::to_string(n) +
                  (d == Draw::large       ? "_large"
                   : d == Draw::tiny_sums ? "_tiny_sums"
                                          : "_underflow"));

@@ -78,7 +78,10 @@ BOOST_AUTO_TEST_CASE(encode_and_decode_round_trip_through_the_command_line) {
   BOOST_TEST_REQUIRE(encoded.status == 0, encoded.output);
   const std::vector<int32_t> expected = f.load().encode("the cat sat on the mat<|endoftext|>");
   std::string ids;
-  for (const int32_t id : expected) ids += (ids.empty() ? "" : " ") + std::to_string(id);
+  for (const int32_t id : expected) {
+    if (!ids.empty()) ids += ' ';
+    ids += std::to_string(id);
+  }
   BOOST_TEST(encoded.output == ids + "\n");
   BOOST_TEST(expected.back() == 299);
   const auto decoded = run_process(kPlexus + " tokenizer decode" + tok + " " + ids);

@@ -60,7 +60,7 @@ inline std::vector<MhcCase> standard_mhc_cases(int64_t tokens) {
       MhcCase c;
       c.n = n;
       c.logits = logits;
-      c.name = "n" + std::to_string(n) +
+      c.name = 'n' + std::to_string(n) +
                (logits == MhcLogits::ordinary ? "_ordinary"
                 : logits == MhcLogits::large  ? "_large"
                                               : "_tiny_sums");
