@@ -177,8 +177,11 @@ ConvertResult convert_checkpoint(const ConvertRequest& request) {
   // Everything but the decoder's description stays: step, data position, the rest of the config.
   boost::json::value state = loaded.state;
   state.as_object()["config"] = with_decoder(saved, pattern, num_layers);
+  // The files' own metadata (the weight layout marker, ...) carries over; the writer adds the step.
+  std::map<std::string, std::string> metadata = loaded.model.metadata();
+  metadata.erase("plexus.step");
   const fs::path written =
-      ck::create_checkpoint(request.destination, loaded.step, model.tensors, optimizer.tensors, state);
+      ck::create_checkpoint(request.destination, loaded.step, model.tensors, optimizer.tensors, state, metadata);
 
   ConvertResult result;
   result.destination = written;
