@@ -83,9 +83,12 @@ PLEXUS_KERNELS_SIMD_CLONES void backward_rows(const ConvShape& s, int64_t r0, in
     if (r + W - 1 < rows)
       silu_grad_row(s, r + W - 1, in, ld_in, wt, bias, dout, ring + ((r + W - 1) % W) * C);
     // din[r] = sum over k of dv[r + (W - 1) - k] wt[k], for readers within the sequence.
+    // Tap W - 1 (the current token) always reads within the sequence: it initializes the row.
     T* o = din + r * ld_din;
-    for (int64_t c = 0; c < C; ++c) o[c] = T(0);
-    for (int64_t k = 0; k < W; ++k) {
+    const T* last = wt + (W - 1) * C;
+    const T* own = ring + (r % W) * C;
+    for (int64_t c = 0; c < C; ++c) o[c] = last[c] * own[c];
+    for (int64_t k = 0; k < W - 1; ++k) {
       const int64_t reader = t + (W - 1) - k;
       if (reader >= s.seq) continue;
       const T* d = ring + ((r + (W - 1) - k) % W) * C;
