@@ -28,6 +28,12 @@ void expect_cpu(DLDevice device) {
                                        std::to_string(static_cast<int>(device.device_type)) + " requested)");
 }
 
+// The device first (a CUDA layer is refused before its options are looked at), then the options.
+MixerConfig read_config(const plx_layer_create_args& args) {
+  expect_cpu(args.device);
+  return MixerConfig::read(plexus::sdk::Host::current(), args.config, args.model_config);
+}
+
 uint32_t checked_layers(uint32_t num_layers) {
   if (num_layers < 1)
     throw Error(PLX_ERR_INVALID_ARGUMENT,
@@ -40,9 +46,7 @@ uint32_t checked_layers(uint32_t num_layers) {
 class Mixer final : public plexus::sdk::Layer {
  public:
   explicit Mixer(const plx_layer_create_args& args)
-      : config_((expect_cpu(args.device),
-                 MixerConfig::read(plexus::sdk::Host::current(), args.config, args.model_config))),
-        params_(declare_params(config_, checked_layers(args.num_layers))) {}
+      : config_(read_config(args)), params_(declare_params(config_, checked_layers(args.num_layers))) {}
 
   plx_layer_info info() const override {
     plx_layer_info i{};
