@@ -1,16 +1,16 @@
-// The chunked SSD scan, backward (ssd.hpp). With dS_c the gradient of the state leaving chunk c
-// (zero for the last chunk) and T[s][l] = (dY_l . x_s) (C_l . B_s) exp(cs_l - cs_s) dt_s the
-// within-chunk terms, per chunk and head:
-//   dS_{c-1} = exp(cs_last of c) dS_c + sum_l exp(cs_l) dY_l C_l^T                (passed back)
-//   dx_s  = sum_{l >= s} (C_l . B_s) exp(cs_l - cs_s) dt_s dY_l + w_s dt_s dS B_s,  w_s = exp(cs_last - cs_s)
-//   dB_s  = sum_{l >= s} dCB[l, s] C_l + w_s dt_s dS^T x_s;   dC_l = sum_{s <= l} dCB[l, s] B_s + exp(cs_l)
-//   S_in^T dY_l with dCB[l, s] = (dY_l . x_s) exp(cs_l - cs_s) dt_s da_k  = sum over the pairs s < k <= l of
-//   T[s][l]                            (within the chunk)
-//         + sum_{l >= k} exp(cs_l) C_l . (S_in^T dY_l)                          (state to output)
-//         + sum_{s < k} w_s dt_s x_s . (dS B_s) + exp(cs_last) <dS, S_in>       (chunk state)
-//   ddt_k = A da_k + sum_l (direct terms of dt_k in x's scaling);  dA = sum_k dt_k da_k
-// Every da term is a sum over the pairs (or tokens) whose decay spans token k, accumulated as
-// such: nothing is formed as a difference of two cumulative sums, so nothing cancels.
+// The chunked SSD scan, backward (ssd.hpp). Per chunk and head, with w_s = exp(cs_last - cs_s),
+// dS the gradient of the state leaving the chunk (zero for the last chunk), S_in the state entering
+// it, and dCB[l, s] = (dY_l . x_s) exp(cs_l - cs_s) dt_s for s <= l:
+//   dS of the chunk before = exp(cs_last) dS + sum_l exp(cs_l) dY_l C_l^T        (passed back)
+//   dx_s = sum_{l >= s} (C_l . B_s) exp(cs_l - cs_s) dt_s dY_l + w_s dt_s dS B_s
+//   dB_s = sum_{l >= s} dCB[l, s] C_l + w_s dt_s dS^T x_s
+//   dC_l = sum_{s <= l} dCB[l, s] B_s + exp(cs_l) S_in^T dY_l
+//   da_k = sum over the pairs s < k <= l of (dY_l . x_s) (C_l . B_s) exp(cs_l - cs_s) dt_s
+//        + sum_{l >= k} exp(cs_l) C_l . (S_in^T dY_l)
+//        + sum_{s < k} w_s dt_s x_s . (dS B_s) + exp(cs_last) <dS, S_in>
+//   ddt_k = A da_k + (dt_k's terms through dt_k x_k);   dA = sum_k dt_k da_k
+// Each da_k is accumulated as a sum over the pairs (or tokens) whose decay spans token k, never as
+// the difference of two cumulative sums, so nothing cancels.
 #include <omp.h>
 
 #include <cstring>
