@@ -86,7 +86,7 @@ class Mixer final : public plexus::sdk::Layer {
     init_custom_param(config_, params_, index, value, seed);
   }
 
-  std::unique_ptr<plexus::sdk::LayerState> create_state(uint32_t) override {
+  std::unique_ptr<plexus::sdk::LayerState> create_state(uint32_t /*microbatch*/) override {
     return std::make_unique<MixerState>();
   }
 
@@ -119,12 +119,12 @@ class Mixer final : public plexus::sdk::Layer {
   }
 
  private:
-  void expect_stage(uint32_t stage) const {
+  static void expect_stage(uint32_t stage) {
     if (stage != 0)
       throw Error(PLX_ERR_INVALID_ARGUMENT,
                   std::string(kComponent) + " has one stage; no stage " + std::to_string(stage));
   }
-  void expect_counts(const char* what, uint32_t num_inputs, uint32_t num_outputs) const {
+  static void expect_counts(const char* what, uint32_t num_inputs, uint32_t num_outputs) {
     if (num_inputs != 1 || num_outputs != 1)
       throw Error(PLX_ERR_INVALID_ARGUMENT,
                   std::string(what) + ": " + kComponent + " takes 1 input and 1 output, got " +
