@@ -8,6 +8,7 @@
 //   bench_mamba [--batch 4] [--seq 1024] [--d-model 256] [--state-dim 128] [--head-dim 64]
 //               [--groups 8] [--expand 2] [--chunk 128] [--dtype f32|f64] [--iters 10]
 //               [--plugin FILE]  (another build of libplexus_mamba.so, to compare two builds)
+//               [--peak-reps 10] (0: no SGEMM peak measurement, e.g. under a profiler)
 //
 // Parameters start as the host initializes them (Megatron's initialization, mamba.mixer's own
 // initializers for A_log and dt_bias). Built on demand: cmake --build build --target bench_mamba
@@ -38,6 +39,7 @@ struct Options {
           chunk = 128;
   std::string dtype = "f32";
   int iters = 10;
+  int peak_reps = 10;
   std::string plugin = std::string(PLEXUS_PLUGIN_DIR) + "/libplexus_mamba.so";
 };
 
@@ -193,10 +195,12 @@ void bench(plexus::PluginHost& host, const Options& o) {
   for (std::size_t i = 0; i < fwd.size(); ++i) total.push_back(fwd[i] + bwd[i]);
   const double fm = median(fwd), bm = median(bwd), tm = median(total);
   const auto flops = layer.estimate_flops({plx_tensor_desc{3, dt, {o.batch, o.seq, o.d_model}}});
-  const double peak = o.dtype == "f64" ? gemm_peak<double>(10) : gemm_peak<float>(10);
+  const double peak = o.peak_reps < 1    ? 0.0
+                      : o.dtype == "f64" ? gemm_peak<double>(o.peak_reps)
+                                         : gemm_peak<float>(o.peak_reps);
   std::printf("mamba.mixer fwd %8.2f ms  bwd %8.2f ms  fwd+bwd median %8.2f ms  min %8.2f ms\n", fm, bm, tm,
               *std::min_element(total.begin(), total.end()));
-  if (flops) {
+  if (flops && peak > 0) {
     const double rate = (flops->forward + flops->backward) / (tm * 1e6);
     std::printf(
         "matrix products %.2f + %.2f GFLOP: %.1f GFLOP/s, %.0f%% of the %s peak here (%.1f GFLOP/s)\n",
@@ -231,6 +235,8 @@ int main(int argc, char** argv) {
       o.dtype = v;
     else if (k == "--iters")
       o.iters = std::stoi(v);
+    else if (k == "--peak-reps")
+      o.peak_reps = std::stoi(v);
     else if (k == "--plugin")
       o.plugin = v;
     else {

@@ -196,7 +196,9 @@ MixerConfig MixerConfig::read(const plexus::sdk::Host& host, plx_config options,
 const char* options_schema() {
   static const std::string schema = [] {
     std::string s =
-        R"({"type": "object", "doc": "The Mamba-2 mixer of Megatron-LM's MambaLayer: pre-norm, in_proj, causal conv, SSD, gated RMSNorm, out_proj. Option names and defaults are Megatron-LM's.", "properties": {)";
+        R"({"type": "object", "doc": "The Mamba-2 mixer of Megatron-LM's MambaLayer: pre-norm, in_proj, )"
+        R"(causal conv, SSD, gated RMSNorm, out_proj. Option names and defaults are Megatron-LM's.", )"
+        R"("properties": {)";
     for (const IntOption& o : kIntOptions)
       s += std::string("\"") + std::string(o.key) +
            "\": {\"type\": \"integer\", \"minimum\": 1, \"default\": " + std::to_string(o.fallback) +

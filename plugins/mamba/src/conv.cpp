@@ -13,8 +13,10 @@ namespace {
 
 using detail::sigmoid;
 
-// Rows per task of the row-parallel loops: enough work per task (thousands of channels each).
+// Rows per task of the forward: enough work per task (thousands of channels each).
 constexpr int64_t kRowBlock = 8;
+// Rows per task of the backward, which recomputes W - 1 rows past its end: 2% more at W = 4.
+constexpr int64_t kBackwardRowBlock = 128;
 
 // wt[k][c] = w[c][k]: the kernel taps as rows, so the loops over channels read them contiguously.
 template <class T>
@@ -26,67 +28,80 @@ std::vector<T> taps(const ConvShape& s, const T* w) {
   return wt;
 }
 
+// v of row r (token t of its sequence) into v[0, C).
+template <class T>
+[[gnu::always_inline]] inline void convolve_row(const ConvShape& s, int64_t r, const T* in, int64_t ld_in,
+                                                const T* wt, const T* bias, T* v) {
+  const int64_t C = s.channels, W = s.width, t = r % s.seq;
+  for (int64_t c = 0; c < C; ++c) v[c] = bias[c];
+  for (int64_t k = std::max<int64_t>(0, W - 1 - t); k < W; ++k) {
+    const T* x = in + (r - (W - 1) + k) * ld_in;
+    const T* tap = wt + k * C;
+    for (int64_t c = 0; c < C; ++c) v[c] += tap[c] * x[c];
+  }
+}
+
+// dv of row r, dout silu'(v) with v recomputed, into v[0, C).
+template <class T>
+[[gnu::always_inline]] inline void silu_grad_row(const ConvShape& s, int64_t r, const T* in, int64_t ld_in,
+                                                 const T* wt, const T* bias, const T* dout, T* v) {
+  convolve_row(s, r, in, ld_in, wt, bias, v);
+  const T* d = dout + r * s.channels;
+  for (int64_t c = 0; c < s.channels; ++c) {
+    const T sg = sigmoid(v[c]);
+    v[c] = d[c] * sg * (T(1) + v[c] * (T(1) - sg));
+  }
+}
+
 template <class T>
 PLEXUS_KERNELS_SIMD_CLONES void forward_rows(const ConvShape& s, int64_t r0, int64_t r1, const T* in,
                                              int64_t ld_in, const T* wt, const T* bias, T* out, T* pre) {
-  const int64_t C = s.channels, W = s.width;
+  const int64_t C = s.channels;
   for (int64_t r = r0; r < r1; ++r) {
-    const int64_t t = r % s.seq;
     T* o = out + r * C;
-    for (int64_t c = 0; c < C; ++c) o[c] = bias[c];
-    for (int64_t k = std::max<int64_t>(0, W - 1 - t); k < W; ++k) {
-      const T* x = in + (r - (W - 1) + k) * ld_in;
-      const T* tap = wt + k * C;
-      for (int64_t c = 0; c < C; ++c) o[c] += tap[c] * x[c];
-    }
+    convolve_row(s, r, in, ld_in, wt, bias, o);
     if (pre != nullptr)
       for (int64_t c = 0; c < C; ++c) pre[r * C + c] = o[c];
     for (int64_t c = 0; c < C; ++c) o[c] *= sigmoid(o[c]);
   }
 }
 
-// dv = dout silu'(v) = dout sigmoid(v) (1 + v (1 - sigmoid(v))), in place.
+// The backward of rows [r0, r1) in one pass. dv = dout silu'(v) (v recomputed from the input,
+// silu'(v) = sigmoid(v) (1 + v (1 - sigmoid(v)))) is kept for W rows at a time in `ring` (row r
+// in slot r mod W): row r's input gradient reads dv of rows r .. r + W - 1 (the taps that read
+// token r), so each block also recomputes dv for the W - 1 rows after it. Weight and bias
+// gradients are summed into the thread's dwt [W][C] and db [C].
 template <class T>
-PLEXUS_KERNELS_SIMD_CLONES void silu_grad_rows(int64_t n, const T* pre, T* d) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T v = pre[i], sg = sigmoid(v);
-    d[i] *= sg * (T(1) + v * (T(1) - sg));
-  }
-}
-
-// din[t] = sum_k dv[t + (W - 1) - k] wt[k], the taps that read token t.
-template <class T>
-PLEXUS_KERNELS_SIMD_CLONES void input_grad_rows(const ConvShape& s, int64_t r0, int64_t r1, const T* dv,
-                                                const T* wt, T* din, int64_t ld_din) {
-  const int64_t C = s.channels, W = s.width;
+PLEXUS_KERNELS_SIMD_CLONES void backward_rows(const ConvShape& s, int64_t r0, int64_t r1, const T* in,
+                                              int64_t ld_in, const T* wt, const T* bias, const T* dout,
+                                              T* din, int64_t ld_din, T* ring, T* dwt, T* db) {
+  const int64_t C = s.channels, W = s.width, rows = s.batch * s.seq;
+  for (int64_t r = r0; r < std::min(rows, r0 + W - 1); ++r)
+    silu_grad_row(s, r, in, ld_in, wt, bias, dout, ring + (r % W) * C);
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t t = r % s.seq;
+    if (r + W - 1 < rows)
+      silu_grad_row(s, r + W - 1, in, ld_in, wt, bias, dout, ring + ((r + W - 1) % W) * C);
+    // din[r] = sum over k of dv[r + (W - 1) - k] wt[k], for readers within the sequence.
+    // Tap W - 1 (the current token) always reads within the sequence: it initializes the row.
     T* o = din + r * ld_din;
-    for (int64_t c = 0; c < C; ++c) o[c] = T(0);
-    for (int64_t k = 0; k < W; ++k) {
-      const int64_t reader = t + (W - 1) - k;  // the output token whose tap k reads token t
+    const T* last = wt + (W - 1) * C;
+    const T* own = ring + (r % W) * C;
+    for (int64_t c = 0; c < C; ++c) o[c] = last[c] * own[c];
+    for (int64_t k = 0; k < W - 1; ++k) {
+      const int64_t reader = t + (W - 1) - k;
       if (reader >= s.seq) continue;
-      const T* d = dv + (r + (W - 1) - k) * C;
+      const T* d = ring + ((r + (W - 1) - k) % W) * C;
       const T* tap = wt + k * C;
       for (int64_t c = 0; c < C; ++c) o[c] += tap[c] * d[c];
     }
-  }
-}
-
-// dwt[k][c - c0] += sum_t dv[t, c] in[t - (W - 1) + k, c], db[c - c0] += sum_t dv[t, c] for the
-// channels [c0, c1), over every row.
-template <class T>
-PLEXUS_KERNELS_SIMD_CLONES void weight_grad_channels(const ConvShape& s, int64_t c0, int64_t c1, const T* in,
-                                                     int64_t ld_in, const T* dv, T* dwt, T* db) {
-  const int64_t C = s.channels, W = s.width, width = c1 - c0;
-  for (int64_t r = 0; r < s.batch * s.seq; ++r) {
-    const int64_t t = r % s.seq;
-    const T* d = dv + r * C + c0;
-    for (int64_t c = 0; c < width; ++c) db[c] += d[c];
+    // dw[k] += dv[r] in[r - (W - 1) + k], db += dv[r].
+    const T* d = ring + (r % W) * C;
+    for (int64_t c = 0; c < C; ++c) db[c] += d[c];
     for (int64_t k = std::max<int64_t>(0, W - 1 - t); k < W; ++k) {
-      const T* x = in + (r - (W - 1) + k) * ld_in + c0;
-      T* acc = dwt + k * width;
-      for (int64_t c = 0; c < width; ++c) acc[c] += d[c] * x[c];
+      const T* x = in + (r - (W - 1) + k) * ld_in;
+      T* acc = dwt + k * C;
+      for (int64_t c = 0; c < C; ++c) acc[c] += d[c] * x[c];
     }
   }
 }
@@ -105,39 +120,37 @@ void conv_silu_forward(const ConvShape& s, const T* in, int64_t ld_in, const T* 
 }
 
 template <class T>
-void conv_silu_backward(const ConvShape& s, const T* in, int64_t ld_in, const T* w, const T* pre, T* dout,
-                        T* din, int64_t ld_din, T* dw, T* dbias) {
+void conv_silu_backward(const ConvShape& s, const T* in, int64_t ld_in, const T* w, const T* bias,
+                        const T* dout, T* din, int64_t ld_din, T* dw, T* dbias) {
   const std::vector<T> wt = taps(s, w);
   const int64_t C = s.channels, W = s.width, rows = s.batch * s.seq;
-  const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
+  const int64_t blocks = (rows + kBackwardRowBlock - 1) / kBackwardRowBlock;
   const bool parallel = detail::worth_parallel(rows * C * W);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t i = 0; i < blocks; ++i) {
-    const int64_t r0 = i * kRowBlock, r1 = std::min(rows, r0 + kRowBlock);
-    silu_grad_rows((r1 - r0) * C, pre + r0 * C, dout + r0 * C);
-  }
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t i = 0; i < blocks; ++i)
-    input_grad_rows(s, i * kRowBlock, std::min(rows, (i + 1) * kRowBlock), dout, wt.data(), din, ld_din);
-  if (dw == nullptr && dbias == nullptr) return;
-
-  // Weight and bias gradients: each thread owns a range of channels (a multiple of 16 wide) and
-  // sums over every row, so there is nothing to reduce across threads.
   const int threads = parallel ? std::max(1, omp_get_max_threads()) : 1;
-  const int64_t span = (C + threads - 1) / threads, width = (span + 15) / 16 * 16;
-  const int64_t parts = (C + width - 1) / width;
-  detail::PerThread<T> scratch(static_cast<std::size_t>((W + 1) * width));
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t p = 0; p < parts; ++p) {
-    const int64_t c0 = p * width, c1 = std::min(C, c0 + width), n = c1 - c0;
-    T* dwt = scratch.mine();
-    T* db = dwt + W * n;
-    std::fill(dwt, dwt + (W + 1) * n, T(0));
-    weight_grad_channels(s, c0, c1, in, ld_in, dout, dwt, db);
-    for (int64_t c = 0; c < n; ++c) {
-      if (dbias != nullptr) dbias[c0 + c] += db[c];
+  // Per thread: the ring of dv rows, then its partial weight and bias gradients, added in
+  // thread order afterwards (deterministic for a thread count).
+  const auto per_thread = static_cast<std::size_t>((2 * W + 1) * C);
+  detail::PerThread<T> scratch(per_thread);
+  std::vector<T*> partial(static_cast<std::size_t>(threads), nullptr);
+#pragma omp parallel num_threads(threads)
+  {
+    T* ring = scratch.mine();
+    T* dwt = ring + W * C;
+    T* db = dwt + W * C;
+    std::fill(dwt, dwt + (W + 1) * C, T(0));
+    partial[static_cast<std::size_t>(omp_get_thread_num())] = dwt;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < blocks; ++i)
+      backward_rows(s, i * kBackwardRowBlock, std::min(rows, (i + 1) * kBackwardRowBlock), in, ld_in,
+                    wt.data(), bias, dout, din, ld_din, ring, dwt, db);
+  }
+  for (T* dwt : partial) {
+    if (dwt == nullptr) continue;
+    const T* db = dwt + W * C;
+    for (int64_t c = 0; c < C; ++c) {
+      if (dbias != nullptr) dbias[c] += db[c];
       if (dw != nullptr)
-        for (int64_t k = 0; k < W; ++k) dw[(c0 + c) * W + k] += dwt[k * n + c];
+        for (int64_t k = 0; k < W; ++k) dw[c * W + k] += dwt[k * C + c];
     }
   }
 }
@@ -147,8 +160,8 @@ template void conv_silu_forward<float>(const ConvShape&, const float*, int64_t, 
 template void conv_silu_forward<double>(const ConvShape&, const double*, int64_t, const double*,
                                         const double*, double*, double*);
 template void conv_silu_backward<float>(const ConvShape&, const float*, int64_t, const float*, const float*,
-                                        float*, float*, int64_t, float*, float*);
+                                        const float*, float*, int64_t, float*, float*);
 template void conv_silu_backward<double>(const ConvShape&, const double*, int64_t, const double*,
-                                         const double*, double*, double*, int64_t, double*, double*);
+                                         const double*, const double*, double*, int64_t, double*, double*);
 
 }  // namespace plexus::mamba

@@ -20,11 +20,11 @@ template <class T>
 void conv_silu_forward(const ConvShape& shape, const T* in, int64_t ld_in, const T* w, const T* bias, T* out,
                        T* pre);
 
-// dout: the gradient of out, overwritten with the gradient of v; pre: v from the forward.
-// din [rows, ld_din] (channels columns) is written; dw [channels, width] and dbias [channels]
-// are accumulated (+=) and may be null.
+// dout: the gradient of out. In one pass over the rows (v recomputed from the input, W - 1 rows
+// more per block of 128): din [rows, ld_din] (channels columns) is written; dw [channels, width]
+// and dbias [channels] are accumulated (+=) and may be null.
 template <class T>
-void conv_silu_backward(const ConvShape& shape, const T* in, int64_t ld_in, const T* w, const T* pre, T* dout,
-                        T* din, int64_t ld_din, T* dw, T* dbias);
+void conv_silu_backward(const ConvShape& shape, const T* in, int64_t ld_in, const T* w, const T* bias,
+                        const T* dout, T* din, int64_t ld_din, T* dw, T* dbias);
 
 }  // namespace plexus::mamba

@@ -25,13 +25,12 @@ void mixer_backward(const MixerConfig& c, const MixerWeights<T>& w, const MixerG
   const T* zx = st.zxbcdt.data<T>();
   const T* y = st.y.data<T>();
   const T* gate_rstd = st.gate_rstd.data<T>();
-  Pooled pre_buf, xbc_buf, dt_buf, o_buf, dy_buf, dzx_buf, dxbc_buf, ddt_buf, u_buf;
+  Pooled xbc_buf, dt_buf, o_buf, dy_buf, dzx_buf, dxbc_buf, ddt_buf, u_buf;
 
-  // Recomputed: the convolution (before and after SiLU), dt and A.
-  T* pre = pre_buf.get<T>(n(rows * cd));
+  // Recomputed: the convolution's output (its backward recomputes the rest), dt and A.
   T* xbc = xbc_buf.get<T>(n(rows * cd));
   conv_silu_forward<T>(conv_shape(c, batch, seq), zx + c.xbc_offset(), R, w.conv_weight, w.conv_bias, xbc,
-                       pre);
+                       static_cast<T*>(nullptr));
   T* dt = dt_buf.get<T>(n(rows * H));
   dt_forward<T>(rows, H, zx + c.dt_offset(), R, w.dt_bias, dt);
   const std::vector<T> A = decay_rates(c, w.a_log);
@@ -65,7 +64,7 @@ void mixer_backward(const MixerConfig& c, const MixerWeights<T>& w, const MixerG
 
   // softplus, into the dt columns; the convolution and SiLU, into the x, B, C columns.
   dt_backward<T>(rows, H, zx + c.dt_offset(), R, w.dt_bias, ddt, dzx + c.dt_offset(), R, g.dt_bias);
-  conv_silu_backward<T>(conv_shape(c, batch, seq), zx + c.xbc_offset(), R, w.conv_weight, pre, dxbc,
+  conv_silu_backward<T>(conv_shape(c, batch, seq), zx + c.xbc_offset(), R, w.conv_weight, w.conv_bias, dxbc,
                         dzx + c.xbc_offset(), R, g.conv_weight, g.conv_bias);
 
   // in_proj: dW_in += dzx^T u (u recomputed from the norm's xhat), du = dzx W_in; the pre-norm.

@@ -28,6 +28,12 @@ void expect_cpu(DLDevice device) {
                                        std::to_string(static_cast<int>(device.device_type)) + " requested)");
 }
 
+// The device first (a CUDA layer is refused before its options are looked at), then the options.
+MixerConfig read_config(const plx_layer_create_args& args) {
+  expect_cpu(args.device);
+  return MixerConfig::read(plexus::sdk::Host::current(), args.config, args.model_config);
+}
+
 uint32_t checked_layers(uint32_t num_layers) {
   if (num_layers < 1)
     throw Error(PLX_ERR_INVALID_ARGUMENT,
@@ -40,9 +46,7 @@ uint32_t checked_layers(uint32_t num_layers) {
 class Mixer final : public plexus::sdk::Layer {
  public:
   explicit Mixer(const plx_layer_create_args& args)
-      : config_((expect_cpu(args.device),
-                 MixerConfig::read(plexus::sdk::Host::current(), args.config, args.model_config))),
-        params_(declare_params(config_, checked_layers(args.num_layers))) {}
+      : config_(read_config(args)), params_(declare_params(config_, checked_layers(args.num_layers))) {}
 
   plx_layer_info info() const override {
     plx_layer_info i{};
@@ -82,7 +86,7 @@ class Mixer final : public plexus::sdk::Layer {
     init_custom_param(config_, params_, index, value, seed);
   }
 
-  std::unique_ptr<plexus::sdk::LayerState> create_state(uint32_t) override {
+  std::unique_ptr<plexus::sdk::LayerState> create_state(uint32_t /*microbatch*/) override {
     return std::make_unique<MixerState>();
   }
 
@@ -115,12 +119,12 @@ class Mixer final : public plexus::sdk::Layer {
   }
 
  private:
-  void expect_stage(uint32_t stage) const {
+  static void expect_stage(uint32_t stage) {
     if (stage != 0)
       throw Error(PLX_ERR_INVALID_ARGUMENT,
                   std::string(kComponent) + " has one stage; no stage " + std::to_string(stage));
   }
-  void expect_counts(const char* what, uint32_t num_inputs, uint32_t num_outputs) const {
+  static void expect_counts(const char* what, uint32_t num_inputs, uint32_t num_outputs) {
     if (num_inputs != 1 || num_outputs != 1)
       throw Error(PLX_ERR_INVALID_ARGUMENT,
                   std::string(what) + ": " + kComponent + " takes 1 input and 1 output, got " +

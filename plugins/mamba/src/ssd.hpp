@@ -8,9 +8,9 @@
 //   chunk states     the state leaving a chunk: exp(cs_last) S_in + sum_s exp(cs_last - cs_s) dt_s x_s B_s^T
 //   state to output  y_l += exp(cs_l) S_in C_l
 // The cumulative sums are kept in float64 whatever T, so exp(cs_l - cs_s) never loses digits to
-// a difference of two large sums. Backward runs the same decomposition in reverse (plugins/mamba/
-// README.md derives it): O(L Q) work, every product through the BLAS, the chunks of every
-// (batch, group) in parallel, only the passing of states from chunk to chunk sequential.
+// a difference of two large sums. Backward runs the same decomposition in reverse (the formulas
+// are at the top of ssd_backward.cpp): O(L Q) work, every product through the BLAS, the chunks
+// of every (batch, group) in parallel, only the passing of states from chunk to chunk sequential.
 #pragma once
 
 #include <algorithm>

@@ -1,16 +1,16 @@
-// The chunked SSD scan, backward (ssd.hpp). With dS_c the gradient of the state leaving chunk c
-// (zero for the last chunk) and T[s][l] = (dY_l . x_s) (C_l . B_s) exp(cs_l - cs_s) dt_s the
-// within-chunk terms, per chunk and head:
-//   dS_{c-1} = exp(cs_last of c) dS_c + sum_l exp(cs_l) dY_l C_l^T                (passed back)
-//   dx_s  = sum_{l >= s} (C_l . B_s) exp(cs_l - cs_s) dt_s dY_l + w_s dt_s dS B_s,  w_s = exp(cs_last - cs_s)
-//   dB_s  = sum_{l >= s} dCB[l, s] C_l + w_s dt_s dS^T x_s;   dC_l = sum_{s <= l} dCB[l, s] B_s + exp(cs_l)
-//   S_in^T dY_l with dCB[l, s] = (dY_l . x_s) exp(cs_l - cs_s) dt_s da_k  = sum over the pairs s < k <= l of
-//   T[s][l]                            (within the chunk)
-//         + sum_{l >= k} exp(cs_l) C_l . (S_in^T dY_l)                          (state to output)
-//         + sum_{s < k} w_s dt_s x_s . (dS B_s) + exp(cs_last) <dS, S_in>       (chunk state)
-//   ddt_k = A da_k + sum_l (direct terms of dt_k in x's scaling);  dA = sum_k dt_k da_k
-// Every da term is a sum over the pairs (or tokens) whose decay spans token k, accumulated as
-// such: nothing is formed as a difference of two cumulative sums, so nothing cancels.
+// The chunked SSD scan, backward (ssd.hpp). Per chunk and head, with w_s = exp(cs_last - cs_s),
+// dS the gradient of the state leaving the chunk (zero for the last chunk), S_in the state entering
+// it, and dCB[l, s] = (dY_l . x_s) exp(cs_l - cs_s) dt_s for s <= l:
+//   dS of the chunk before = exp(cs_last) dS + sum_l exp(cs_l) dY_l C_l^T        (passed back)
+//   dx_s = sum_{l >= s} (C_l . B_s) exp(cs_l - cs_s) dt_s dY_l + w_s dt_s dS B_s
+//   dB_s = sum_{l >= s} dCB[l, s] C_l + w_s dt_s dS^T x_s
+//   dC_l = sum_{s <= l} dCB[l, s] B_s + exp(cs_l) S_in^T dY_l
+//   da_k = sum over the pairs s < k <= l of (dY_l . x_s) (C_l . B_s) exp(cs_l - cs_s) dt_s
+//        + sum_{l >= k} exp(cs_l) C_l . (S_in^T dY_l)
+//        + sum_{s < k} w_s dt_s x_s . (dS B_s) + exp(cs_last) <dS, S_in>
+//   ddt_k = A da_k + (dt_k's terms through dt_k x_k);   dA = sum_k dt_k da_k
+// Each da_k is accumulated as a sum over the pairs (or tokens) whose decay spans token k, never as
+// the difference of two cumulative sums, so nothing cancels.
 #include <omp.h>
 
 #include <cstring>
@@ -32,12 +32,13 @@ using k::Trans;
 // The within-chunk terms of one head, element by element over l >= s (rows s, row stride len):
 //   in:  cbt[s][l] = B_s . C_l,  dmt[s][l] = x_s . dY_l
 //   out: mt[s][l] = cbt exp(cs_l - cs_s) dt_s (0 for l < s), the transposed within-chunk matrix;
-//        dcbt[s][l] += dmt exp(cs_l - cs_s) dt_s, the gradient of B_s . C_l;
+//        dcbt[s][l] (+)= dmt exp(cs_l - cs_s) dt_s, the gradient of B_s . C_l: written for the
+//        first head of the group (0 for l < s), added for the others;
 //        dmt[s][l] <- dmt mt, the term T[s][l] of da (0 for l < s);
 //        ddt[s] = sum_l dmt cbt exp(cs_l - cs_s), dt_s's direct gradient through its x_s.
 template <class T>
 PLEXUS_KERNELS_SIMD_CLONES void within_chunk_terms(int64_t len, const double* cs, const T* dt, int64_t ld_dt,
-                                                   const T* cbt, T* dmt, T* mt, T* dcbt, T* ddt) {
+                                                   const T* cbt, T* dmt, T* mt, T* dcbt, bool first, T* ddt) {
   for (int64_t s = 0; s < len; ++s) {
     const double base = cs[s];
     const T scale = dt[s * ld_dt];
@@ -46,13 +47,16 @@ PLEXUS_KERNELS_SIMD_CLONES void within_chunk_terms(int64_t len, const double* cs
     T* m = mt + s * len;
     T* dcb = dcbt + s * len;
     for (int64_t l = 0; l < s; ++l) m[l] = dm[l] = T(0);
+    if (first)
+      for (int64_t l = 0; l < s; ++l) dcb[l] = T(0);
     T row = T(0);
 #pragma omp simd reduction(+ : row)
     for (int64_t l = s; l < len; ++l) {
       const T decay = exp_to<T>(cs[l] - base);
       const T e = dm[l] * cb[l] * decay;
+      const T g = dm[l] * decay * scale;
       row += e;
-      dcb[l] += dm[l] * decay * scale;
+      dcb[l] = first ? g : dcb[l] + g;
       m[l] = cb[l] * decay * scale;
       dm[l] = e * scale;
     }
@@ -193,7 +197,6 @@ void chunk_backward(const SsdShape& s, const SsdInputs<T>& in, const T* states, 
   T* dCg = dC + u.row0 * ld_d + u.g * N;
   zero_rows(q, N, dBg, ld_d);
   zero_rows(q, N, dCg, ld_d);
-  zero_rows(q, q, w.dcbt, q);
   k::gemm<T>(Trans::N, Trans::T, q, q, N, T(1), Bg, in.ld, Cg, in.ld, T(0), w.cbt, q);
 
   for (int64_t j = 0; j < s.heads_per_group(); ++j) {
@@ -207,7 +210,7 @@ void chunk_backward(const SsdShape& s, const SsdInputs<T>& in, const T* states, 
 
     // Within the chunk.
     k::gemm<T>(Trans::N, Trans::T, q, q, P, T(1), xh, in.ld, dyh, ld_dy, T(0), w.dmt, q);
-    within_chunk_terms(q, w.cs, dt, H, w.cbt, w.dmt, w.mt, w.dcbt, w.ddt);
+    within_chunk_terms(q, w.cs, dt, H, w.cbt, w.dmt, w.mt, w.dcbt, j == 0, w.ddt);
     k::gemm<T>(Trans::N, Trans::N, q, P, q, T(1), w.mt, q, dyh, ld_dy, T(0), dxh, ld_d);
     spanning_sums(q, w.dmt, w.acc, w.da);
 

@@ -3,8 +3,9 @@
 // or the call ends. A training step then reuses the previous step's memory: glibc maps every
 // block over 32 MiB fresh from the kernel (even under plexus-train's heap policy), and at
 // 4 x 1024 tokens nearly every buffer of this layer is that large, so without the cache each call
-// paid a page fault per 4 KiB it touched. The cache holds at most what was in use at once (plus
-// what a bounded number of idle buffers add), shared by every mamba.mixer layer.
+// paid a page fault per 4 KiB it touched. Shared by every mamba.mixer layer; it keeps at most 64
+// idle buffers (dropping the smallest beyond), so when shapes repeat, as in training, the memory
+// it holds is what was in use at once at the peak.
 #pragma once
 
 #include <cstddef>
