@@ -371,10 +371,23 @@ std::vector<Model::UnitSummary> Model::summary() const {
     row.segment = unit->segment;
     for (std::size_t i : unit->gradient_params) row.parameters += params_[i].value.numel();
     if (const auto flops = unit->layer->estimate_flops(inputs))
-      row.flops_per_token = (flops->forward + flops->backward) / static_cast<double>(s);
+      row.flops_per_token = (flops->forward + flops->backward) / static_cast<double>(s) +
+                            (unit->mhc ? mhc_connection_flops_per_token() : 0.0);
     rows.push_back(std::move(row));
   }
   return rows;
+}
+
+// The matrix products of one mHC connection per token, 2 FLOPs per multiply-add, n streams of
+// width C: the mapping projection of the flattened streams (nC x (n^2 + 2n)), the aggregation
+// (n C), the residual mix H_res (n^2 C) and h_post times F's output (n C): n C (n + 1)(n + 2)
+// multiply-adds. Backward computes two products for each (the input's and the weight's
+// gradient), twice the forward. Sinkhorn's n x n iterations and the norms are not products.
+double Model::mhc_connection_flops_per_token() const {
+  const auto n = static_cast<double>(settings_.mhc.streams);
+  const auto c = static_cast<double>(settings_.hidden_size);
+  const double forward = 2 * n * c * (n + 1) * (n + 2);
+  return 3 * forward;
 }
 
 std::optional<double> Model::flops_per_token() const {

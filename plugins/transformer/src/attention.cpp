@@ -100,8 +100,9 @@ class Attention final : public HiddenLayer<Attention, AttentionState> {
   }
 
   // Matrix products only, 2 FLOPs per multiply-add: the qkv and output projections, and QK^T and
-  // PV counted over the full S x S (Megatron's convention, though the causal kernel skips about
-  // half of it). Backward: twice the forward.
+  // PV over the S (S + 1) / 2 query-key pairs the causal mask keeps, the work that is computed
+  // (Megatron's own count takes the full S x S, which would credit the kernels with the masked
+  // half they skip). Backward: twice the forward.
   void estimate_flops(uint32_t num_inputs, const plx_tensor_desc* inputs, double& forward,
                       double& backward) const override {
     expect_descs("estimate_flops", num_inputs, 1);
@@ -109,7 +110,7 @@ class Attention final : public HiddenLayer<Attention, AttentionState> {
     const auto b = static_cast<double>(inputs[0].dims[0]), s = static_cast<double>(inputs[0].dims[1]);
     const double n = b * s, c = static_cast<double>(hidden_), dq = static_cast<double>(heads_ * head_dim_);
     forward = 2 * n * c * static_cast<double>(qkv_rows_) + 2 * n * dq * c +
-              2 * 2 * b * static_cast<double>(heads_) * s * s * static_cast<double>(head_dim_);
+              2 * 2 * b * static_cast<double>(heads_) * (s * (s + 1) / 2) * static_cast<double>(head_dim_);
     backward = 2 * forward;
   }
 

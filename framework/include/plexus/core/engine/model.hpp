@@ -119,9 +119,12 @@ class Model {
     std::string component;
     int64_t physical = -1, logical = -1, segment = -1;  // decoder layers only
     int64_t parameters = 0;                             // elements, the mHC connection's included
-    std::optional<double> flops_per_token;              // forward + backward, when the layer can tell
+    // Forward + backward, when the layer can tell; under mHC its connection's products included.
+    std::optional<double> flops_per_token;
   };
   std::vector<UnitSummary> summary() const;
+  // The matrix-product FLOPs (forward + backward) of one mHC connection per token.
+  double mhc_connection_flops_per_token() const;
 
   struct Unit;
   struct Run;

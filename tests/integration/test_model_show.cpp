@@ -1,0 +1,70 @@
+// `plexus model show --json`: the FLOPs per token it reports are the work the model computes.
+// Causal attention counts the S (S + 1) / 2 query-key pairs the mask keeps, not the full square;
+// under mHC every decoder sublayer also counts its connection's products, n C (n + 1)(n + 2)
+// multiply-adds forward and twice that backward. Both are checked through differences, so the
+// projections' shares (tested per layer in unit.test_transformer_contract) cancel out.
+#define BOOST_TEST_MODULE model_show
+#include <boost/json.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <string>
+
+#include "run_process.hpp"
+#include "train_corpus.hpp"
+
+using plexus::test::kBin;
+using plexus::test::run_process;
+
+namespace {
+
+const std::string kModel =
+    " --set model.num_layers=2 --set model.hidden_size=32 --set model.num_attention_heads=4"
+    " --set train.micro_batch_size=1";
+const std::string kMhc =
+    " --set mhc.enabled=true --set mhc.num_residual_streams=4 --set mhc.backend=mhc_fused"
+    " --set 'plugins.load=[\"sequential_scheduler\", \"transformer\", \"mhc_fused\"]'";
+
+boost::json::object show(const std::string& extra) {
+  const auto shown = run_process(kBin + "plexus model show --json" + kModel + extra + " 2>/dev/null");
+  BOOST_TEST_REQUIRE(shown.status == 0, shown.output);
+  return boost::json::parse(shown.output).as_object();
+}
+
+// The FLOPs per token of the decoder's first unit whose component is `component`.
+double unit_flops(const boost::json::object& shown, const std::string& component) {
+  for (const auto& unit : shown.at("units").as_array()) {
+    const auto& u = unit.as_object();
+    if (u.at("kind").as_string() == "decoder" && u.at("component").as_string() == component)
+      return u.at("flops_per_token").to_number<double>();
+  }
+  BOOST_FAIL("no decoder unit " + component);
+  return 0;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(causal_attention_counts_the_pairs_the_mask_keeps) {
+  const auto s16 = show(" --set model.seq_length=16");
+  const auto s32 = show(" --set model.seq_length=32");
+  // Per token, QK^T and PV cost 2 * 2 * C * (S + 1) / 2 forward (C = heads x head_dim = 32),
+  // three times that with backward: going from S = 16 to 32 adds 6 * 32 * 16 = 3072. The full
+  // square would add twice as much.
+  const double added = unit_flops(s32, "transformer.attention") - unit_flops(s16, "transformer.attention");
+  BOOST_TEST(added == 3072.0, boost::test_tools::tolerance(1e-12));
+  // The MLP does not depend on the sequence length.
+  BOOST_TEST(unit_flops(s32, "transformer.mlp") == unit_flops(s16, "transformer.mlp"),
+             boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(mhc_connections_count_their_products) {
+  const auto plain = show(" --set model.seq_length=16");
+  const auto mhc = show(" --set model.seq_length=16" + kMhc);
+  // n = 4, C = 32: 3 * 2 * 4 * 32 * 5 * 6 = 23040 per sublayer and token.
+  for (const char* component : {"transformer.attention", "transformer.mlp"})
+    BOOST_TEST(unit_flops(mhc, component) - unit_flops(plain, component) == 23040.0,
+               boost::test_tools::tolerance(1e-12));
+  // Two layers of two sublayers each.
+  BOOST_TEST(mhc.at("flops_per_token").to_number<double>() - plain.at("flops_per_token").to_number<double>() ==
+                 4 * 23040.0,
+             boost::test_tools::tolerance(1e-12));
+}
