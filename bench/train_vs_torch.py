@@ -1,24 +1,31 @@
 #!/usr/bin/env python3
-"""Training throughput of plexus-train against the same model in PyTorch eager, side by side.
+"""Training throughput of plexus-train against the same model in PyTorch, side by side.
 
-Both sides train the model of one run config (the default unless --config) with the same
+Every side trains the model of one run config (the default unless --config) with the same
 micro-batch size, sequence length, microbatches per step and thread count: forward, backward,
-gradient clipping and an AdamW step per training step, float32 on the CPU. The PyTorch side is
-tests/reference/gpt_reference.py, the eager formulation the parity test checks Plexus against.
-Runs alternate (Plexus, PyTorch, Plexus, ...) so drift of the machine hits both. Reported:
-the median seconds per step after warm-up steps, tokens/s, and the ratio Plexus / PyTorch.
+gradient clipping and an AdamW step per training step, float32 on the CPU. The PyTorch peers
+(bench/torch_train_peer.py, each in a process of its own, each configured as its experts would:
+one thread pool, subnormals flushed, its fastest formulation of the same model, checked against
+tests/reference/gpt_reference.py before timing):
+  debian   Debian's python3-torch (1.13, OpenBLAS), the test suite's reference
+  eager    current PyTorch from PyPI (MKL), eager, F.scaled_dot_product_attention, fused AdamW
+  compile  the same through torch.compile (inductor)
+eager and compile need the venv scripts/bench-env.sh creates (.venv-bench); without it they are
+skipped, saying so. Runs alternate (Plexus, each peer, Plexus, ...) so drift of the machine hits
+every side. Reported: each side's setup, the median seconds per step after warm-up steps,
+tokens/s, the ratio against each peer and against the strongest.
 
   /usr/bin/python3 bench/train_vs_torch.py [--config configs/default.json] [--threads 2]
-      [--steps 30] [--warmup 5] [--repeats 3] [--device cpu|cuda] [--precision fp32|bf16]
-      [--set key=value ...] [--json result.json]
+      [--steps 30] [--warmup 5] [--repeats 3] [--peers debian,eager,compile]
+      [--device cpu|cuda] [--precision fp32|bf16] [--set key=value ...] [--json result.json]
 
-With --device cuda both sides train on the GPU (Plexus with run.device=cuda, PyTorch with
+With --device cuda every side trains on the GPU (Plexus with run.device=cuda, PyTorch with
 tensors on cuda:0, each step timed after a device synchronization). --precision bf16 (GPU only)
 trains Plexus with run.precision=bf16 and PyTorch under torch.autocast(dtype=torch.bfloat16),
 PyTorch's own mixed precision: float32 parameters and optimizer, bf16 products.
 
 Needs a built tree (scripts/build.sh) and the dataset the config names (scripts/quickstart.sh
-prepares the default one). Run it with the system python, which sees Debian's python3-torch.
+prepares the default one). Run it with the system python.
 """
 import argparse
 import json
@@ -66,62 +73,50 @@ def plexus_step_seconds(args, workdir):
     return seconds
 
 
-def torch_step_seconds(args, config):
-    import torch
-    import gpt_reference as ref
+# The PyTorch peers: (name, the python that runs it, mode). "debian" is Debian's python3-torch
+# (1.13, OpenBLAS), the test suite's reference; "eager" and "compile" are current PyTorch from
+# PyPI (MKL) in the venv scripts/bench-env.sh creates, eagerly and through torch.compile.
+PEERS = {"debian": ("/usr/bin/python3", "eager"), "eager": (None, "eager"), "compile": (None, "compile")}
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    device = torch.device("cuda:0" if args.device.startswith("cuda") else "cpu")
 
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-    m, o, t = config["model"], config["optimizer"], config["train"]
-    c, f, v = m["hidden_size"], m["ffn_hidden_size"], m["vocab_size"]
-    nh, ng = m["num_attention_heads"], m["num_query_groups"]
-    hd = c // nh
-    fc1_rows = 2 * f if m["activation"] == "swiglu" else f
-    shapes = {"embedding.word_embeddings.weight": (v, c), "decoder.final_layernorm.weight": (c,)}
-    for i in range(m["num_layers"]):
-        p = f"decoder.layers.{i}."
-        shapes.update({p + "input_layernorm.weight": (c,), p + "pre_mlp_layernorm.weight": (c,),
-                       p + "self_attention.linear_qkv.weight": ((nh + 2 * ng) * hd, c),
-                       p + "self_attention.linear_proj.weight": (c, nh * hd),
-                       p + "mlp.linear_fc1.weight": (fc1_rows, c), p + "mlp.linear_fc2.weight": (c, f)})
-    if m["normalization"] == "LayerNorm":
-        for name in [n for n in shapes if n.endswith("layernorm.weight")]:
-            shapes[name[: -len("weight")] + "bias"] = shapes[name]
-    if m["untie_embeddings_and_output_weights"]:
-        shapes["output_layer.weight"] = (v, c)
-    params = {}
-    for name, shape in shapes.items():
-        init = torch.ones(shape) if "layernorm.weight" in name else torch.randn(shape) * 0.02
-        params[name] = init.to(device).requires_grad_(True)
-    no_decay = [p for n, p in params.items() if "layernorm" in n]
-    decay = [p for n, p in params.items() if "layernorm" not in n]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=o["lr"], betas=(o["adam_beta1"], o["adam_beta2"]), eps=o["adam_eps"])
-    b, s, microbatches = t["micro_batch_size"], m["seq_length"], t["microbatches"]
-    seconds = []
-    for step in range(args.warmup + args.steps):
-        tokens = torch.randint(0, v, (microbatches, b, s), dtype=torch.int32).to(device)
-        targets = torch.randint(0, v, (microbatches, b, s), dtype=torch.int32).to(device)
-        sync()
-        begin = time.perf_counter()
-        opt.zero_grad()
-        for mb in range(microbatches):
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
-                loss = ref.forward(params, tokens[mb], targets[mb], m) / microbatches
-            loss.backward()
-        if o["clip_grad"] > 0:
-            torch.nn.utils.clip_grad_norm_(list(params.values()), o["clip_grad"])
-        opt.step()
-        sync()
-        if step >= args.warmup:
-            seconds.append(time.perf_counter() - begin)
-    return seconds
+def bench_python(args):
+    return args.bench_venv / "bin" / "python"
+
+
+def available_peers(args):
+    names = [p.strip() for p in args.peers.split(",") if p.strip()]
+    for name in names:
+        if name not in PEERS:
+            sys.exit(f"train_vs_torch: --peers: unknown peer '{name}' (expected debian, eager, compile)")
+    if not bench_python(args).exists():
+        missing = [n for n in names if PEERS[n][0] is None]
+        if missing:
+            print(f"train_vs_torch: skipping {', '.join(missing)}: no {bench_python(args)} "
+                  f"(scripts/bench-env.sh creates it)", file=sys.stderr)
+        names = [n for n in names if PEERS[n][0] is not None]
+    if not names:
+        sys.exit("train_vs_torch: no peer to run")
+    return names
+
+
+def torch_step_seconds(args, config, peer, workdir):
+    """One run of a PyTorch peer (bench/torch_train_peer.py) in a process of its own, so that the
+    thread settings it needs at load time are in its environment."""
+    python, mode = PEERS[peer]
+    python = python or str(bench_python(args))
+    spec = pathlib.Path(workdir) / f"peer-{time.monotonic_ns()}.json"
+    spec.write_text(json.dumps({"config": config, "threads": args.threads, "steps": args.steps,
+                                "warmup": args.warmup, "mode": mode, "device": args.device,
+                                "precision": args.precision}))
+    # One pool: PyTorch's own (torch.set_num_threads in the peer); the BLAS inside it single-threaded.
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS="1",
+               MKL_NUM_THREADS=str(args.threads))
+    run = subprocess.run([python, str(ROOT / "bench" / "torch_train_peer.py"), str(spec)],
+                         capture_output=True, text=True, env=env)
+    if run.returncode != 0:
+        sys.exit(f"train_vs_torch: peer {peer} failed (exit {run.returncode}):\n{run.stderr[-4000:]}")
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    return result["seconds"], result["setup"]
 
 
 def main():
@@ -136,6 +131,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps at the start of each run")
     ap.add_argument("--repeats", type=int, default=3, help="alternating runs per side")
     ap.add_argument("--set", action="append", default=[], help="config override, as plexus-train --set")
+    ap.add_argument("--peers", default="debian,eager,compile",
+                    help="PyTorch peers, comma-separated: debian (Debian's torch), eager and compile "
+                         "(PyPI torch from the venv of scripts/bench-env.sh)")
+    ap.add_argument("--bench-venv", type=pathlib.Path, default=ROOT / ".venv-bench",
+                    help="the venv with PyPI's torch (scripts/bench-env.sh)")
     ap.add_argument("--json", type=pathlib.Path, help="also write the result here")
     args = ap.parse_args()
     if args.precision == "bf16" and not args.device.startswith("cuda"):
@@ -150,13 +150,18 @@ def main():
     m["ffn_hidden_size"] = m["ffn_hidden_size"] or (swiglu_ffn if m["activation"] == "swiglu" else 4 * m["hidden_size"])
     t = config["train"]
     tokens_per_step = t["micro_batch_size"] * m["seq_length"] * t["microbatches"]
-    runs = {"plexus": [], "torch": []}
+    peers = available_peers(args)
+    runs = {"plexus": [], **{peer: [] for peer in peers}}
+    setups = {"plexus": f"plexus-train, OMP_NUM_THREADS={args.threads} (OpenMP pool, OpenBLAS single-threaded in it)"}
     with tempfile.TemporaryDirectory(prefix="plexus-bench-") as workdir:
-        for r in range(args.repeats):
+        for r in range(args.repeats):  # the sides alternate, so drift of the machine hits all of them
             runs["plexus"].append(plexus_step_seconds(args, workdir))
-            runs["torch"].append(torch_step_seconds(args, config))
-            print(f"repeat {r + 1}/{args.repeats}: plexus {statistics.median(runs['plexus'][-1]) * 1e3:.1f} ms/step, "
-                  f"torch {statistics.median(runs['torch'][-1]) * 1e3:.1f} ms/step", flush=True)
+            line = f"repeat {r + 1}/{args.repeats}: plexus {statistics.median(runs['plexus'][-1]) * 1e3:.1f}"
+            for peer in peers:
+                seconds, setups[peer] = torch_step_seconds(args, config, peer, workdir)
+                runs[peer].append(seconds)
+                line += f", {peer} {statistics.median(seconds) * 1e3:.1f}"
+            print(line + " ms/step", flush=True)
 
     result = {"config": str(args.config), "overrides": args.set, "threads": args.threads, "device": args.device,
               "precision": args.precision,
@@ -166,6 +171,9 @@ def main():
               "micro_batch_size": t["micro_batch_size"], "microbatches": t["microbatches"]}
     print(f"\nmodel: {m['num_layers']} layers, C={m['hidden_size']}, FFN={m['ffn_hidden_size']}, "
           f"seq {m['seq_length']}, micro-batch {t['micro_batch_size']} x {t['microbatches']}; {args.threads} threads")
+    for side, setup in setups.items():
+        print(f"  {side}: {setup}")
+    result["setups"] = setups
     print(f"{'':8} {'ms/step':>9} {'(spread)':>17} {'tokens/s':>10}")
     for side, per_run in runs.items():
         all_steps = [x for run in per_run for x in run]
@@ -175,9 +183,14 @@ def main():
                         "run_medians": run_medians}
         print(f"{side:8} {median * 1e3:9.1f} {f'[{min(run_medians) * 1e3:.1f}, {max(run_medians) * 1e3:.1f}]':>17} "
               f"{tokens_per_step / median:10.0f}")
-    ratio = result["torch"]["median_step_seconds"] / result["plexus"]["median_step_seconds"]
-    result["ratio"] = ratio
-    print(f"ratio (Plexus tokens/s / PyTorch tokens/s): {ratio:.2f}x")
+    result["ratios"] = {}
+    for peer in peers:
+        ratio = result[peer]["median_step_seconds"] / result["plexus"]["median_step_seconds"]
+        result["ratios"][peer] = ratio
+        print(f"ratio against {peer} (Plexus tokens/s / its tokens/s): {ratio:.2f}x")
+    strongest = min(peers, key=lambda p: result[p]["median_step_seconds"])
+    result["strongest_peer"] = strongest
+    print(f"strongest peer: {strongest}; Plexus against it: {result['ratios'][strongest]:.2f}x")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 
