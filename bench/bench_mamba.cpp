@@ -27,7 +27,7 @@
 #include "plexus/core/host_services.hpp"
 #include "plexus/core/plugin_host.hpp"
 #include "plexus/plexus.h"
-#include "plexus_kernels/gemm.hpp"
+#include "gemm_peak.hpp"
 #include "plexus_kernels/threading.hpp"
 
 namespace {
@@ -77,22 +77,6 @@ struct Buffer {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-// The best GFLOP/s of an m = n = k = 2048 product over `reps` runs, as the plugin runs products.
-template <class T>
-double gemm_peak(int reps) {
-  constexpr int64_t n = 2048;
-  std::vector<T> a(n * n, T(0.5)), b(n * n, T(0.25)), c(n * n);
-  double best = 0;
-  for (int r = 0; r < reps + 1; ++r) {
-    const auto t0 = Clock::now();
-    plexus::kernels::gemm_parallel<T>(plexus::kernels::Trans::N, plexus::kernels::Trans::T, n, n, n, T(1),
-                                      a.data(), n, b.data(), n, T(0), c.data(), n);
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (r > 0) best = std::max(best, 2.0 * n * n * n / s / 1e9);
-  }
-  return best;
 }
 
 // Fills a parameter as the host would: its spec's initialization, or the layer's own.
@@ -196,8 +180,8 @@ void bench(plexus::PluginHost& host, const Options& o) {
   const double fm = median(fwd), bm = median(bwd), tm = median(total);
   const auto flops = layer.estimate_flops({plx_tensor_desc{3, dt, {o.batch, o.seq, o.d_model}}});
   const double peak = o.peak_reps < 1    ? 0.0
-                      : o.dtype == "f64" ? gemm_peak<double>(o.peak_reps)
-                                         : gemm_peak<float>(o.peak_reps);
+                      : o.dtype == "f64" ? plexus::bench::gemm_peak<double>(o.peak_reps)
+                                         : plexus::bench::gemm_peak<float>(o.peak_reps);
   std::printf("mamba.mixer fwd %8.2f ms  bwd %8.2f ms  fwd+bwd median %8.2f ms  min %8.2f ms\n", fm, bm, tm,
               *std::min_element(total.begin(), total.end()));
   if (flops && peak > 0) {

@@ -51,6 +51,34 @@ def resolved_config(args):
     return json.loads(out.stdout)
 
 
+def flops_per_token(args):
+    """The model's training FLOPs per token as plexus-train counts them (`plexus model show`):
+    the work every side computes, since they all train the same model."""
+    cmd = [str(args.build / "bin" / "plexus"), "model", "show", "--json", "--config", str(args.config)]
+    for s in args.set:
+        cmd += ["--set", s]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"train_vs_torch: `{' '.join(cmd)}` failed:\n{out.stderr}")
+    return json.loads(out.stdout)["flops_per_token"]
+
+
+def gemm_peak(args):
+    """The float32 GEMM peak of the same threads (bench/bench_peak.cpp), or None without it."""
+    tool = args.build / "bin" / "bench_peak"
+    if args.device != "cpu" or not tool.exists():
+        if args.device == "cpu":
+            print(f"train_vs_torch: no {tool} (cmake --build build --target bench_peak): no MFU column",
+                  file=sys.stderr)
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+        run = subprocess.run([str(tool), "--json", f.name], capture_output=True, text=True, env=env)
+        if run.returncode != 0:
+            sys.exit(f"train_vs_torch: bench_peak failed:\n{run.stderr}")
+        return json.loads(pathlib.Path(f.name).read_text())
+
+
 def plexus_step_seconds(args, workdir):
     """One plexus-train run; the per-step wall times it recorded after the warm-up steps."""
     out_dir = pathlib.Path(workdir) / f"plexus-{time.monotonic_ns()}"
@@ -151,6 +179,8 @@ def main():
     t = config["train"]
     tokens_per_step = t["micro_batch_size"] * m["seq_length"] * t["microbatches"]
     peers = available_peers(args)
+    model_flops = flops_per_token(args)
+    peak = gemm_peak(args)
     runs = {"plexus": [], **{peer: [] for peer in peers}}
     setups = {"plexus": f"plexus-train, OMP_NUM_THREADS={args.threads} (OpenMP pool, OpenBLAS single-threaded in it)"}
     with tempfile.TemporaryDirectory(prefix="plexus-bench-") as workdir:
@@ -174,15 +204,22 @@ def main():
     for side, setup in setups.items():
         print(f"  {side}: {setup}")
     result["setups"] = setups
-    print(f"{'':8} {'ms/step':>9} {'(spread)':>17} {'tokens/s':>10}")
+    result["flops_per_token"] = model_flops
+    if peak:
+        result["gemm_peak"] = peak
+        print(f"  float32 GEMM peak of {args.threads} threads: {peak['peak_gflops']:.1f} GFLOP/s ({peak['peak_way']}, "
+              f"bench_peak); MFU = the model's {model_flops / 1e6:.2f}M training FLOPs per token x tokens/s / peak")
+    print(f"{'':8} {'ms/step':>9} {'(spread)':>17} {'tokens/s':>10} {'GFLOP/s':>9} {'MFU':>6}")
     for side, per_run in runs.items():
         all_steps = [x for run in per_run for x in run]
         median = statistics.median(all_steps)
         run_medians = [statistics.median(run) for run in per_run]
+        gflops = model_flops * tokens_per_step / median / 1e9
+        mfu = gflops / peak["peak_gflops"] if peak else None
         result[side] = {"median_step_seconds": median, "tokens_per_s": tokens_per_step / median,
-                        "run_medians": run_medians}
+                        "run_medians": run_medians, "gflops_per_s": gflops, "mfu": mfu}
         print(f"{side:8} {median * 1e3:9.1f} {f'[{min(run_medians) * 1e3:.1f}, {max(run_medians) * 1e3:.1f}]':>17} "
-              f"{tokens_per_step / median:10.0f}")
+              f"{tokens_per_step / median:10.0f} {gflops:9.1f} {f'{mfu:.0%}' if mfu else '-':>6}")
     result["ratios"] = {}
     for peer in peers:
         ratio = result[peer]["median_step_seconds"] / result["plexus"]["median_step_seconds"]

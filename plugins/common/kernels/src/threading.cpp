@@ -23,6 +23,16 @@ void use_single_threaded_blas() noexcept {
 #endif
 }
 
+bool set_blas_threads(int n) noexcept {
+#if PLEXUS_KERNELS_HAVE_OPENBLAS
+  openblas_set_num_threads(n);
+  return true;
+#else
+  (void)n;
+  return false;
+#endif
+}
+
 bool pin_openmp_runtime() noexcept {
   // Find the file that defines an OpenMP entry point (libgomp, libomp, ...) and take a reference
   // to it that is never released: RTLD_NOLOAD gets the already loaded library, RTLD_NODELETE

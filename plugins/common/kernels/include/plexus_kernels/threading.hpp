@@ -13,6 +13,10 @@ namespace plexus::kernels {
 // Sets OpenBLAS to one thread (process-wide). A no-op when the BLAS is not OpenBLAS.
 void use_single_threaded_blas() noexcept;
 
+// Sets OpenBLAS's own thread pool to n threads (process-wide), for a benchmark that measures what
+// the BLAS reaches by itself. Returns false (and does nothing) when the BLAS is not OpenBLAS.
+bool set_blas_threads(int n) noexcept;
+
 // Keeps the OpenMP runtime loaded for the life of the process (RTLD_NODELETE). A plugin that
 // uses OpenMP must call this when it is loaded: libgomp is not marked "nodelete", so unloading
 // the plugin (the host does, when it is destroyed) would also unload libgomp while its worker
