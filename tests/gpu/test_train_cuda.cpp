@@ -1,8 +1,8 @@
 // plexus-train on a GPU (run.device = "cuda"): the same tiny GPT, seed and tokens as on the CPU
-// give the same losses within float32 tolerance, with and without mHC; bf16 activations
-// (run.precision = "bf16") track the float32 losses within bf16 tolerance; and a resumed GPU run
-// continues bit for bit in both precisions (every GPU kernel of the engine and the layers is
-// deterministic).
+// give the same losses within float32 tolerance, with and without mHC, and so does the Mamba-2 /
+// attention hybrid of configs/hybrid.json; bf16 activations (run.precision = "bf16") track the
+// float32 losses within bf16 tolerance; and a resumed GPU run continues bit for bit in both
+// precisions and for the hybrid (every GPU kernel of the engine and the layers is deterministic).
 #define BOOST_TEST_MODULE train_cuda
 #include <boost/test/unit_test.hpp>
 
@@ -30,12 +30,20 @@ const std::string kCuda = " --set run.device=\\\"cuda\\\"";
 const std::string kBf16 = " --set run.precision=\\\"bf16\\\"";
 const std::string kMhc =
     R"( --set mhc.enabled=true --set 'plugins.load=["sequential_scheduler","transformer","mhc_native"]')";
+// configs/hybrid.json (pattern M*M-M*M-, its plugins and Mamba options) at the corpus's size
+// (hidden 32: d_inner 64 in two heads of 32, one group), with chunks of 12 so that the 32-token
+// sequences have two whole chunks and a ragged one. mamba.mixer runs float32 only on a GPU.
+const std::string kHybrid = " --config " + quote(std::string(PLEXUS_SOURCE_DIR) + "/configs/hybrid.json") +
+                            " --set model.num_layers=8 --set 'model.mamba.options={\"mamba_state_dim\": 32,"
+                            " \"mamba_head_dim\": 32, \"mamba_num_groups\": 1, \"chunk_size\": 12}'";
 // mhc_native runs float32 only; the fused backend also takes bfloat16 streams.
 const std::string kFusedMhc = R"( --set mhc.enabled=true --set mhc.backend=\"mhc_fused\")"
                               R"( --set 'plugins.load=["sequential_scheduler","transformer","mhc_fused"]')";
 
 // cuBLAS and OpenBLAS sum in different orders (~1e-6 relative per product); ten AdamW steps
 // compound that. 1e-4 relative per step loss is the bar of the CPU parity test against PyTorch.
+// The hybrid's Mamba layers add the same kind of difference (tests/gpu/test_mamba_cuda.cpp
+// compares the layer itself) and are held to the same bar.
 void expect_close(const std::vector<double>& gpu, const std::vector<double>& cpu) {
   BOOST_TEST_REQUIRE(gpu.size() == cpu.size());
   for (std::size_t i = 0; i < gpu.size(); ++i)
@@ -47,7 +55,7 @@ void expect_close(const std::vector<double>& gpu, const std::vector<double>& cpu
 
 BOOST_AUTO_TEST_CASE(gpu_losses_match_the_cpu) {
   TrainCorpus corpus;
-  for (const std::string& extra : {std::string(), kMhc}) {
+  for (const std::string& extra : {std::string(), kMhc, kHybrid}) {
     const auto cpu = corpus.dir.path() / ("cpu" + std::to_string(extra.size()));
     const auto gpu = corpus.dir.path() / ("gpu" + std::to_string(extra.size()));
     const auto a = run_process(corpus.train(cpu.string(), "--set train.steps=10" + extra));
@@ -88,21 +96,21 @@ BOOST_AUTO_TEST_CASE(bf16_losses_track_float32) {
 }
 
 BOOST_AUTO_TEST_CASE(gpu_resume_is_bit_identical) {
-  for (const std::string& precision : {std::string(), kBf16}) {
+  for (const std::string& extra : {std::string(), kBf16, kHybrid}) {
     TrainCorpus corpus;
     const auto straight = corpus.dir.path() / "straight";
     const auto split = corpus.dir.path() / "split";
-    BOOST_TEST_REQUIRE(run_process(corpus.train(straight.string(), kCuda + precision)).status == 0);
+    BOOST_TEST_REQUIRE(run_process(corpus.train(straight.string(), kCuda + extra)).status == 0);
     BOOST_TEST_REQUIRE(
-        run_process(corpus.train(split.string(), kCuda + precision + " --set checkpoint.interval=10"))
-            .status == 0);
+        run_process(corpus.train(split.string(), kCuda + extra + " --set checkpoint.interval=10")).status ==
+        0);
     std::vector<double> losses = step_losses(split / "metrics.jsonl");
     losses.resize(10);
     std::filesystem::remove(split / "metrics.jsonl");
     std::filesystem::remove_all(split / "checkpoints" / "step_00000020");
     const auto resumed = run_process(corpus.train(
         split.string(),
-        kCuda + precision + " --resume " + quote((split / "checkpoints" / "step_00000010").string())));
+        kCuda + extra + " --resume " + quote((split / "checkpoints" / "step_00000010").string())));
     BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
     for (double l : step_losses(split / "metrics.jsonl")) losses.push_back(l);
     BOOST_TEST(losses == step_losses(straight / "metrics.jsonl"), boost::test_tools::per_element());

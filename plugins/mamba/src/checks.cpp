@@ -1,5 +1,6 @@
 #include "checks.hpp"
 
+#include "config.hpp"
 #include "plexus/cpp/error.hpp"
 #include "plexus/cpp/tensor.hpp"
 
@@ -20,13 +21,29 @@ Precision precision_of(DLDataType dtype, const std::string& what) {
               what + ": expected dtype float32 or float64, got " + plexus::sdk::dtype_name(dtype));
 }
 
+Precision precision_on(DLDevice device, DLDataType dtype, const std::string& what) {
+  if (device.device_type == kDLCPU || plx_dtype_equal(dtype, plx_dtype_f32()))
+    return precision_of(dtype, what);
+  throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": expected dtype float32 (" + kComponent +
+                                            " runs in float32 on " + plexus::sdk::device_text(device) +
+                                            "; float64 runs on the CPU, bfloat16 is not supported), got " +
+                                            plexus::sdk::dtype_name(dtype));
+}
+
 namespace {
-void expect_dense(const DLTensor& t, DLDataType dtype, const std::string& what) {
+// The CPU is one device whatever the id a caller wrote; a GPU is the one with the layer's id.
+bool same_device(DLDevice a, DLDevice b) {
+  return a.device_type == b.device_type && (a.device_type == kDLCPU || a.device_id == b.device_id);
+}
+
+void expect_dense(const DLTensor& t, DLDevice device, DLDataType dtype, const std::string& what) {
   if (t.data == nullptr) throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": no data (null pointer)");
-  if (t.device.device_type != kDLCPU)
-    throw Error(PLX_ERR_INVALID_ARGUMENT,
-                what + ": expected a tensor on the CPU (the layer's device), got one on " +
-                    plexus::sdk::device_text(t.device));
+  if (!same_device(t.device, device))
+    throw Error(
+        PLX_ERR_INVALID_ARGUMENT,
+        what + ": expected a tensor on " +
+            (device.device_type == kDLCPU ? std::string("the CPU") : plexus::sdk::device_text(device)) +
+            " (the layer's device), got one on " + plexus::sdk::device_text(t.device));
   if (!plx_dtype_equal(t.dtype, dtype))
     throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": expected dtype " + plexus::sdk::dtype_name(dtype) +
                                               ", got " + plexus::sdk::dtype_name(t.dtype));
@@ -34,9 +51,9 @@ void expect_dense(const DLTensor& t, DLDataType dtype, const std::string& what) 
 }
 }  // namespace
 
-void expect_tensor(const DLTensor& t, DLDataType dtype, const int64_t* dims, int64_t ndim,
+void expect_tensor(const DLTensor& t, DLDevice device, DLDataType dtype, const int64_t* dims, int64_t ndim,
                    const std::string& what) {
-  expect_dense(t, dtype, what);
+  expect_dense(t, device, dtype, what);
   bool same = t.ndim == ndim;
   for (int32_t i = 0; same && i < t.ndim; ++i) same = t.shape[i] == dims[i];
   if (!same)
@@ -44,14 +61,14 @@ void expect_tensor(const DLTensor& t, DLDataType dtype, const int64_t* dims, int
                                               shape_string(t.shape, t.ndim));
 }
 
-void expect_tensor(const DLTensor& t, DLDataType dtype, std::initializer_list<int64_t> dims,
+void expect_tensor(const DLTensor& t, DLDevice device, DLDataType dtype, std::initializer_list<int64_t> dims,
                    const std::string& what) {
-  expect_tensor(t, dtype, dims.begin(), static_cast<int64_t>(dims.size()), what);
+  expect_tensor(t, device, dtype, dims.begin(), static_cast<int64_t>(dims.size()), what);
 }
 
-void expect_hidden(const DLTensor& t, DLDataType dtype, int64_t hidden, const std::string& what,
-                   int64_t& batch, int64_t& seq) {
-  expect_dense(t, dtype, what);
+void expect_hidden(const DLTensor& t, DLDevice device, DLDataType dtype, int64_t hidden,
+                   const std::string& what, int64_t& batch, int64_t& seq) {
+  expect_dense(t, device, dtype, what);
   if (t.ndim != 3 || t.shape[2] != hidden)
     throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": expected shape [batch, seq, " + std::to_string(hidden) +
                                               "] (hidden_size " + std::to_string(hidden) + "), got " +
@@ -60,8 +77,8 @@ void expect_hidden(const DLTensor& t, DLDataType dtype, int64_t hidden, const st
   seq = t.shape[1];
 }
 
-void expect_hidden_desc(const plx_tensor_desc& d, int64_t hidden, const std::string& what) {
-  precision_of(d.dtype, what);
+void expect_hidden_desc(const plx_tensor_desc& d, DLDevice device, int64_t hidden, const std::string& what) {
+  precision_on(device, d.dtype, what);
   if (d.ndim != 3 || d.dims[2] != hidden)
     throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": expected shape [batch, seq, " + std::to_string(hidden) +
                                               "], got " + shape_string(d.dims, d.ndim));

@@ -1,5 +1,6 @@
-// The checks every call of mamba.mixer makes on the tensors it is handed: dtype, device (the CPU),
-// layout and shape, each refusal naming the tensor and what was expected.
+// The checks every call of mamba.mixer makes on the tensors it is handed: dtype, device (the
+// layer's: the CPU or its GPU), layout and shape, each refusal naming the tensor and what was
+// expected. The CPU and the CUDA path are checked by the same code (mixer_layer.cpp).
 #pragma once
 
 #include <cstdint>
@@ -22,18 +23,22 @@ std::string shape_string(const int64_t* dims, int64_t ndim);
 
 // float32 or float64, else an Error naming `what` and the dtype it has.
 Precision precision_of(DLDataType dtype, const std::string& what);
+// The precision of activations on `device`: precision_of on the CPU; on a CUDA device float32
+// only (float64 and bfloat16 are refused naming `what`, the dtype and the component).
+Precision precision_on(DLDevice device, DLDataType dtype, const std::string& what);
 
-// A contiguous CPU tensor with data, of this dtype and shape, else an Error naming `what`.
-void expect_tensor(const DLTensor& t, DLDataType dtype, const int64_t* dims, int64_t ndim,
+// A contiguous tensor with data on `device` (the layer's), of this dtype and shape, else an Error
+// naming `what` (a tensor on another device: both devices named).
+void expect_tensor(const DLTensor& t, DLDevice device, DLDataType dtype, const int64_t* dims, int64_t ndim,
                    const std::string& what);
-void expect_tensor(const DLTensor& t, DLDataType dtype, std::initializer_list<int64_t> dims,
+void expect_tensor(const DLTensor& t, DLDevice device, DLDataType dtype, std::initializer_list<int64_t> dims,
                    const std::string& what);
 
-// Hidden states [batch, seq, hidden] on the CPU in `dtype`: returns batch and seq.
-void expect_hidden(const DLTensor& t, DLDataType dtype, int64_t hidden, const std::string& what,
-                   int64_t& batch, int64_t& seq);
-// The description of hidden states: float32 or float64, [batch, seq, hidden].
-void expect_hidden_desc(const plx_tensor_desc& d, int64_t hidden, const std::string& what);
+// Hidden states [batch, seq, hidden] on `device` in `dtype`: returns batch and seq.
+void expect_hidden(const DLTensor& t, DLDevice device, DLDataType dtype, int64_t hidden,
+                   const std::string& what, int64_t& batch, int64_t& seq);
+// The description of hidden states on `device`: a dtype precision_on accepts, [batch, seq, hidden].
+void expect_hidden_desc(const plx_tensor_desc& d, DLDevice device, int64_t hidden, const std::string& what);
 
 template <class T>
 T* data(const DLTensor& t) {

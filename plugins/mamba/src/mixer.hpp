@@ -12,16 +12,22 @@
 
 namespace plexus::mamba {
 
-// What a training forward keeps for its backward (per token, in the activations' dtype):
-// d_model + 1 (the pre-norm's normalized input and 1/rms), the in_proj output (z, x, B, C and
-// dt before the convolution: 2 d_inner + 2 G N + H), y = SSD + D x (d_inner), the gated norm's
-// 1/rms per group (G), and the state entering every chunk (H P N per chunk, i.e. H P N / Q per
-// token). The convolution, SiLU, softplus and gate are recomputed from these.
-class MixerState : public plexus::sdk::LayerState {
+// What every state of the layer records of its last forward, on the CPU or a GPU: the checks of
+// a backward (mixer_layer.cpp) read it. A forward that fails or does not train leaves saved false.
+class MixerStateBase : public plexus::sdk::LayerState {
  public:
   bool saved = false;
   Precision precision = Precision::f32;
   int64_t batch = 0, seq = 0;
+};
+
+// What a training forward on the CPU keeps for its backward (per token, in the activations'
+// dtype): d_model + 1 (the pre-norm's normalized input and 1/rms), the in_proj output (z, x, B, C
+// and dt before the convolution: 2 d_inner + 2 G N + H), y = SSD + D x (d_inner), the gated
+// norm's 1/rms per group (G), and the state entering every chunk (H P N per chunk, i.e. H P N / Q
+// per token). The convolution, SiLU, softplus and gate are recomputed from these.
+class MixerState : public MixerStateBase {
+ public:
   Pooled xhat, rstd, zxbcdt, y, gate_rstd, states;
 };
 

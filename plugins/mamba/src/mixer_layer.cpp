@@ -2,9 +2,12 @@
 
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "checks.hpp"
 #include "config.hpp"
+#include "device_impl.hpp"
 #include "mixer.hpp"
 #include "params.hpp"
 #include "plexus/cpp/host.hpp"
@@ -16,21 +19,26 @@ namespace {
 
 using plexus::sdk::Error;
 
-// The layer runs on the CPU; a CUDA device is refused by name until that path exists.
-void expect_cpu(DLDevice device) {
+// The layer runs on the CPU, and on CUDA GPUs where the plugin was built with CUDA.
+void expect_supported_device(DLDevice device) {
   if (device.device_type == kDLCPU) return;
-  if (device.device_type == kDLCUDA)
-    throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) +
-                                         ": the CUDA path of this layer is not built yet; it runs "
-                                         "on the CPU only (" +
-                                         plexus::sdk::device_text(device) + " requested)");
-  throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) + " runs on the CPU only (device type " +
+  if (device.device_type == kDLCUDA) {
+    if (!cuda_built())
+      throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) +
+                                           " runs on the CPU only: this plugin was built without CUDA (" +
+                                           plexus::sdk::device_text(device) + " requested)");
+    return;
+  }
+  throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) +
+                                       (cuda_built() ? " runs on the CPU or a CUDA GPU only (device type "
+                                                     : " runs on the CPU only (device type ") +
                                        std::to_string(static_cast<int>(device.device_type)) + " requested)");
 }
 
-// The device first (a CUDA layer is refused before its options are looked at), then the options.
+// The device first (a device the build cannot use is refused before the options are looked at),
+// then the options.
 MixerConfig read_config(const plx_layer_create_args& args) {
-  expect_cpu(args.device);
+  expect_supported_device(args.device);
   return MixerConfig::read(plexus::sdk::Host::current(), args.config, args.model_config);
 }
 
@@ -46,7 +54,10 @@ uint32_t checked_layers(uint32_t num_layers) {
 class Mixer final : public plexus::sdk::Layer {
  public:
   explicit Mixer(const plx_layer_create_args& args)
-      : config_(read_config(args)), params_(declare_params(config_, checked_layers(args.num_layers))) {}
+      : config_(read_config(args)),
+        params_(declare_params(config_, checked_layers(args.num_layers))),
+        device_(args.device),
+        device_impl_(device_.device_type == kDLCUDA ? make_cuda_mixer(config_, device_) : nullptr) {}
 
   plx_layer_info info() const override {
     plx_layer_info i{};
@@ -78,22 +89,38 @@ class Mixer final : public plexus::sdk::Layer {
   void output_desc(uint32_t num_inputs, const plx_tensor_desc* inputs, uint32_t num_outputs,
                    plx_tensor_desc* outputs) const override {
     expect_counts("output_desc", num_inputs, num_outputs);
-    expect_hidden_desc(inputs[0], config_.d_model, "input 0 (hidden states)");
+    expect_hidden_desc(inputs[0], device_, config_.d_model, "input 0 (hidden states)");
     outputs[0] = inputs[0];
   }
 
   void init_param(uint32_t index, DLTensor& value, uint64_t seed) override {
-    init_custom_param(config_, params_, index, value, seed);
+    if (!device_impl_ || value.device.device_type == kDLCPU) {
+      init_custom_param(config_, params_, index, value, seed);
+      return;
+    }
+    // A parameter on the layer's GPU: drawn into a host copy (the same numbers as on the CPU),
+    // then copied to the device.
+    const plx_param_spec p = param(index);
+    expect_tensor(value, device_, plx_dtype_f32(), p.desc.dims, p.desc.ndim,
+                  std::string("parameter ") + p.name);
+    std::vector<float> host(static_cast<std::size_t>(plx_numel(&value)));
+    DLTensor on_host = value;
+    on_host.data = host.data();
+    on_host.device = DLDevice{kDLCPU, 0};
+    on_host.byte_offset = 0;
+    init_custom_param(config_, params_, index, on_host, seed);
+    device_impl_->upload(host.data(), host.size() * sizeof(float), plx_data(&value));
   }
 
   std::unique_ptr<plexus::sdk::LayerState> create_state(uint32_t /*microbatch*/) override {
+    if (device_impl_) return device_impl_->create_state();
     return std::make_unique<MixerState>();
   }
 
   void forward(plexus::sdk::LayerState& state, uint32_t stage, const plx_forward_args& args) override {
     expect_call("forward", stage, args.num_inputs, args.num_outputs, args.num_params);
-    auto& st = static_cast<MixerState&>(state);
-    if (precision_of(args.inputs[0].dtype, "input 0 (hidden states)") == Precision::f32)
+    auto& st = static_cast<MixerStateBase&>(state);
+    if (precision_on(device_, args.inputs[0].dtype, "input 0 (hidden states)") == Precision::f32)
       run_forward<float>(st, args);
     else
       run_forward<double>(st, args);
@@ -101,8 +128,8 @@ class Mixer final : public plexus::sdk::Layer {
 
   void backward(plexus::sdk::LayerState& state, uint32_t stage, const plx_backward_args& args) override {
     expect_call("backward", stage, args.num_inputs, args.num_outputs, args.num_params);
-    auto& st = static_cast<MixerState&>(state);
-    if (precision_of(args.grad_outputs[0].dtype, "grad output 0") == Precision::f32)
+    auto& st = static_cast<MixerStateBase&>(state);
+    if (precision_on(device_, args.grad_outputs[0].dtype, "grad output 0") == Precision::f32)
       run_backward<float>(st, args);
     else
       run_backward<double>(st, args);
@@ -112,7 +139,7 @@ class Mixer final : public plexus::sdk::Layer {
   void estimate_flops(uint32_t num_inputs, const plx_tensor_desc* inputs, double& forward,
                       double& backward) const override {
     expect_counts("estimate_flops", num_inputs, 1);
-    expect_hidden_desc(inputs[0], config_.d_model, "input 0 (hidden states)");
+    expect_hidden_desc(inputs[0], device_, config_.d_model, "input 0 (hidden states)");
     const MixerFlops f = mixer_flops(config_, inputs[0].dims[0], inputs[0].dims[1]);
     forward = f.forward;
     backward = f.backward;
@@ -139,7 +166,8 @@ class Mixer final : public plexus::sdk::Layer {
                                                 std::to_string(params_.specs.size()) + " parameters, got " +
                                                 std::to_string(num_params));
   }
-  // Every parameter (and every wanted gradient) in the activations' dtype with its spec's shape.
+  // Every parameter (and every wanted gradient) in the activations' dtype with its spec's shape,
+  // on the layer's device.
   void expect_params(const DLTensor* params, const DLTensor* grads, DLDataType dtype) const {
     for (std::size_t i = 0; i < params_.specs.size(); ++i) {
       const plx_param_spec& p = params_.specs[i];
@@ -148,9 +176,9 @@ class Mixer final : public plexus::sdk::Layer {
         throw Error(PLX_ERR_INVALID_ARGUMENT, name + ": dtype " + plexus::sdk::dtype_name(params[i].dtype) +
                                                   " does not match the activations' " +
                                                   plexus::sdk::dtype_name(dtype));
-      expect_tensor(params[i], dtype, p.desc.dims, p.desc.ndim, name);
+      expect_tensor(params[i], device_, dtype, p.desc.dims, p.desc.ndim, name);
       if (grads != nullptr && grads[i].data != nullptr)
-        expect_tensor(grads[i], dtype, p.desc.dims, p.desc.ndim, "gradient of " + name);
+        expect_tensor(grads[i], device_, dtype, p.desc.dims, p.desc.ndim, "gradient of " + name);
     }
   }
 
@@ -191,24 +219,33 @@ class Mixer final : public plexus::sdk::Layer {
     return out;
   }
 
+  // The checks of both devices, then the CPU path or the device's (float32 only there:
+  // precision_on refused anything else).
   template <class T>
-  void run_forward(MixerState& st, const plx_forward_args& args) {
+  void run_forward(MixerStateBase& st, const plx_forward_args& args) {
     const DLDataType dt = dtype_of(precision_v<T>);
     int64_t batch = 0, seq = 0;
-    expect_hidden(args.inputs[0], dt, config_.d_model, "input 0 (hidden states)", batch, seq);
-    expect_tensor(args.outputs[0], dt, {batch, seq, config_.d_model}, "output 0");
+    expect_hidden(args.inputs[0], device_, dt, config_.d_model, "input 0 (hidden states)", batch, seq);
+    expect_tensor(args.outputs[0], device_, dt, {batch, seq, config_.d_model}, "output 0");
     expect_params(args.params, nullptr, dt);
     const bool train = (args.flags & PLX_FORWARD_TRAINING) != 0;
     st.saved = false;  // a failed or inference forward leaves nothing a backward could use
+    if constexpr (std::is_same_v<T, float>) {
+      if (device_impl_) {
+        device_impl_->forward(st, weights<T>(args.params), batch, seq, data<T>(args.inputs[0]),
+                              data<T>(args.outputs[0]), train, args.compute_stream);
+        return;
+      }
+    }
     mixer_forward<T>(config_, weights<T>(args.params), batch, seq, data<T>(args.inputs[0]),
-                     data<T>(args.outputs[0]), train ? &st : nullptr);
+                     data<T>(args.outputs[0]), train ? &static_cast<MixerState&>(st) : nullptr);
   }
 
   template <class T>
-  void run_backward(MixerState& st, const plx_backward_args& args) {
+  void run_backward(MixerStateBase& st, const plx_backward_args& args) {
     const DLDataType dt = dtype_of(precision_v<T>);
     int64_t batch = 0, seq = 0;
-    expect_hidden(args.grad_outputs[0], dt, config_.d_model, "grad output 0", batch, seq);
+    expect_hidden(args.grad_outputs[0], device_, dt, config_.d_model, "grad output 0", batch, seq);
     if (!st.saved)
       throw Error(
           PLX_ERR_INVALID_ARGUMENT,
@@ -224,16 +261,27 @@ class Mixer final : public plexus::sdk::Layer {
                                                 "]");
     T* dh = nullptr;
     if (args.grad_inputs[0].data != nullptr) {
-      expect_tensor(args.grad_inputs[0], dt, {batch, seq, config_.d_model}, "grad input 0");
+      expect_tensor(args.grad_inputs[0], device_, dt, {batch, seq, config_.d_model}, "grad input 0");
       dh = data<T>(args.grad_inputs[0]);
     }
     expect_params(args.params, args.param_grads, dt);
-    mixer_backward<T>(config_, weights<T>(args.params), gradients<T>(args.param_grads), st,
-                      data<T>(args.grad_outputs[0]), dh);
+    if constexpr (std::is_same_v<T, float>) {
+      if (device_impl_) {
+        device_impl_->backward(st, weights<T>(args.params), gradients<T>(args.param_grads),
+                               data<T>(args.grad_outputs[0]), dh, args.compute_stream);
+        return;
+      }
+    }
+    mixer_backward<T>(config_, weights<T>(args.params), gradients<T>(args.param_grads),
+                      static_cast<const MixerState&>(st), data<T>(args.grad_outputs[0]), dh);
   }
 
   MixerConfig config_;
   ParamList params_;
+  DLDevice device_;
+  // Set when the layer was created on a CUDA device: it then computes every forward and backward
+  // and owns the states; null on the CPU.
+  std::unique_ptr<MixerDevice> device_impl_;
 };
 
 }  // namespace

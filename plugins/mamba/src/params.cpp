@@ -106,7 +106,7 @@ void init_custom_param(const MixerConfig& c, const ParamList& params, uint32_t i
   const plx_param_spec& p = params.specs[index];
   const std::string what = std::string("parameter ") + p.name;
   const Precision precision = precision_of(value.dtype, what);
-  expect_tensor(value, dtype_of(precision), p.desc.dims, p.desc.ndim, what);
+  expect_tensor(value, DLDevice{kDLCPU, 0}, dtype_of(precision), p.desc.dims, p.desc.ndim, what);
   const auto n = static_cast<uint64_t>(plx_numel(&value));
   for (uint64_t i = 0; i < n; ++i) {
     const double u = uniform(seed, i);

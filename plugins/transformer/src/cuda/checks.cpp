@@ -1,8 +1,5 @@
 // The checks of cuda_layer.hpp.
-#include <cuda_runtime_api.h>
-
 #include "cuda/cuda_layer.hpp"
-#include "plexus_cuda_kernels/error.hpp"
 
 namespace plexus::transformer::cuda {
 
@@ -44,16 +41,6 @@ void expect_params_f32(const LayerSpec& spec, const DLTensor* params, const DLTe
                                                 plexus::sdk::dtype_name(params[i].dtype));
   expect_params(spec.params, params, grads, plx_dtype_f32(), spec.device);
 }
-
-template <class T>
-T read_back(const T* value, cudaStream_t stream) {
-  T host{};
-  PLEXUS_CUDA_CHECK(cudaMemcpyAsync(&host, value, sizeof(T), cudaMemcpyDeviceToHost, stream), "read_back");
-  PLEXUS_CUDA_CHECK(cudaStreamSynchronize(stream), "read_back");
-  return host;
-}
-template int64_t read_back<int64_t>(const int64_t*, cudaStream_t);
-template int32_t read_back<int32_t>(const int32_t*, cudaStream_t);
 
 template <class T>
 HiddenGrads<T> expect_hidden_backward(const LayerSpec& spec, int64_t hidden, const ForwardRecord& record,

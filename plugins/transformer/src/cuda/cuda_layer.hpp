@@ -17,14 +17,22 @@
 #include <type_traits>
 
 #include "common.hpp"
-#include "cuda/arena.hpp"
-#include "cuda/context.hpp"
 #include "device_impl.hpp"
 #include "layer_specs.hpp"
 #include "plexus_cuda_kernels/elementwise.hpp"
 #include "plexus_cuda_kernels/types.hpp"
+#include "plexus_cuda_layer/arena.hpp"
+#include "plexus_cuda_layer/context.hpp"
+#include "plexus_cuda_layer/read_back.hpp"
 
 namespace plexus::transformer::cuda {
+
+namespace ck = plexus::cuda_kernels;
+// The per-layer handle and call scope, the state's device memory and read_back are shared with
+// the other plugins' CUDA layers (plugins/common/cuda_layer).
+using plexus::cuda_layer::Arena;
+using plexus::cuda_layer::Context;
+using plexus::cuda_layer::read_back;
 
 // ---- activation types ----
 
@@ -112,11 +120,6 @@ const T* kept_weight(const Kept& copy, const float* w) {
   else
     return copy.get<T>();
 }
-
-// One value of device memory read back to the host: synchronizes `stream`. Only the id checks of
-// the embedding and the head read back (see their files).
-template <class T>
-T read_back(const T* value, cudaStream_t stream);
 
 // A backward of attention, MLP or the final norm in activation type T: grad output 0
 // [B, S, hidden] in T on the device, a matching training forward (in T), grad input 0 (when

@@ -23,7 +23,7 @@
 
 #include "plexus/cpp/host.hpp"
 
-namespace plexus::transformer::cuda {
+namespace plexus::cuda_layer {
 
 class Arena {
  public:
@@ -56,4 +56,4 @@ class Arena {
   std::vector<void*> blocks_;
 };
 
-}  // namespace plexus::transformer::cuda
+}  // namespace plexus::cuda_layer

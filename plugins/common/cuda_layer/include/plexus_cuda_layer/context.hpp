@@ -18,7 +18,7 @@
 #include "plexus_cuda_kernels/current_device.hpp"
 #include "plexus_cuda_kernels/handle.hpp"
 
-namespace plexus::transformer::cuda {
+namespace plexus::cuda_layer {
 
 namespace ck = plexus::cuda_kernels;
 
@@ -59,4 +59,4 @@ class Context {
 // The CUDA stream behind a host stream (nullptr for NULL: the device's default stream).
 cudaStream_t native_stream(plx_stream stream);
 
-}  // namespace plexus::transformer::cuda
+}  // namespace plexus::cuda_layer

@@ -1,18 +1,18 @@
-#include "cuda/arena.hpp"
+#include "plexus_cuda_layer/arena.hpp"
 
 #include "plexus_cuda_kernels/current_device.hpp"
 #include "plexus_cuda_kernels/error.hpp"
 
-namespace plexus::transformer::cuda {
+namespace plexus::cuda_layer {
 
 Arena::Arena(DLDevice device) : host_(plexus::sdk::Host::current()), device_(device) {}
 
 void Arena::order(cudaStream_t earlier, cudaStream_t later) {
   if (event_ == nullptr)
-    PLEXUS_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "transformer arena");
+    PLEXUS_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cuda_layer arena");
   // A wait captures the event's latest record, so one event serves every ordering in turn.
-  PLEXUS_CUDA_CHECK(cudaEventRecord(event_, earlier), "transformer arena");
-  PLEXUS_CUDA_CHECK(cudaStreamWaitEvent(later, event_, 0), "transformer arena");
+  PLEXUS_CUDA_CHECK(cudaEventRecord(event_, earlier), "cuda_layer arena");
+  PLEXUS_CUDA_CHECK(cudaStreamWaitEvent(later, event_, 0), "cuda_layer arena");
 }
 
 void* Arena::take_bytes(std::size_t bytes, cudaStream_t stream) {
@@ -47,4 +47,4 @@ void Arena::release() noexcept {
   stream_ = nullptr;
 }
 
-}  // namespace plexus::transformer::cuda
+}  // namespace plexus::cuda_layer

@@ -1,18 +1,12 @@
-#include "cuda/context.hpp"
+#include "plexus_cuda_layer/context.hpp"
 
 #include <string>
 
-#include "common.hpp"
-#include "cuda_layers.hpp"
+#include "plexus/cpp/error.hpp"
 #include "plexus/cpp/host.hpp"
+#include "plexus/cpp/tensor.hpp"
 
-namespace plexus::transformer {
-
-bool cuda_built() noexcept {
-  return true;
-}
-
-namespace cuda {
+namespace plexus::cuda_layer {
 namespace {
 
 // The refusal of a GPU this process does not have, e.g. a CUDA build on a machine without one.
@@ -26,9 +20,10 @@ void expect_visible(const char* component, DLDevice device) {
     count = 0;
   }
   if (device.device_id < 0 || device.device_id >= count)
-    throw Error(PLX_ERR_UNSUPPORTED, std::string(component) + " cannot run on " + device_string(device) +
-                                         ": this process sees " + std::to_string(count) + " CUDA device(s)" +
-                                         why + (count == 0 ? "; without a GPU it runs on the CPU only" : ""));
+    throw plexus::sdk::Error(PLX_ERR_UNSUPPORTED,
+                             std::string(component) + " cannot run on " + plexus::sdk::device_text(device) +
+                                 ": this process sees " + std::to_string(count) + " CUDA device(s)" + why +
+                                 (count == 0 ? "; without a GPU it runs on the CPU only" : ""));
 }
 
 }  // namespace
@@ -57,5 +52,4 @@ Context::Scope::Scope(Context& context, plx_stream stream)
   context_.handle_->set_stream(native_stream(stream));
 }
 
-}  // namespace cuda
-}  // namespace plexus::transformer
+}  // namespace plexus::cuda_layer
