@@ -8,11 +8,13 @@
 // gradients include the auxiliary losses' scaled by the loss scale given to backward.
 //
 // Cases: softmax after top-k (gelu, RMSNorm) and before (swiglu, LayerNorm), sigmoid with k = 2
-// and k = 1, top-1 softmax, 8 experts with k = 2, each in float64 and float32. The float32
+// and k = 1, top-1 softmax, 8 experts with k = 2, a capacity dropping by probability and by
+// position, shared experts (swiglu), each in float64 and float32. The float32
 // cases compute the layer in float32 against the float64 reference of the same (float32) values.
 // Routing must not differ between the two: a token whose k-th and (k+1)-th logits are within
-// 1e-4 of each other could choose differently under float32 rounding, so each case's draw is
-// redrawn until every gap exceeds 1e-3 (the gradcheck's rule).
+// 1e-4 of each other could choose differently under float32 rounding (and so could an expert
+// over capacity at its last kept probability), so each case's draw is redrawn until every such
+// gap exceeds 1e-3 (the gradcheck's rule).
 //
 // Error measure, per tensor: max |ours - ref| / max |ref|. Bars:
 //  - float64: forward 1e-10, gradients 1e-8 (rounding only; both sides are float64 with
@@ -69,7 +71,11 @@ struct Case {
             {"pre_softmax", c.pre_softmax()},
             {"aux_loss_coeff", c.coeff("moe_aux_loss_coeff")},
             {"z_loss_coeff", c.coeff("moe_z_loss_coeff")},
-            {"loss_scale", kLossScale}};
+            {"loss_scale", kLossScale},
+            {"capacity_factor", c.coeff("moe_expert_capacity_factor")},
+            {"drop_policy", c.options.contains("moe_token_drop_policy") ? c.options.at("moe_token_drop_policy")
+                                                                        : boost::json::value("probs")},
+            {"shared", c.options.contains("moe_shared_expert_intermediate_size")}};
   }
 };
 
@@ -103,6 +109,18 @@ std::vector<Case> cases() {
   moe_test::Config wide = post;
   wide.options = {{"num_moe_experts", 8}, {"moe_router_topk", 2}, {"moe_aux_loss_coeff", 0.1}};
   add("softmax_8_experts_top2", wide, 3, 16);
+  moe_test::Config capacity = post;
+  capacity.options = {{"num_moe_experts", 4}, {"moe_router_topk", 2}, {"moe_expert_capacity_factor", 0.6},
+                      {"moe_aux_loss_coeff", 0.1}};
+  add("capacity_by_probs", capacity, 2, 10);
+  capacity.options["moe_token_drop_policy"] = "position";
+  capacity.options["moe_expert_capacity_factor"] = 0.8;
+  add("capacity_by_position", capacity, 2, 10);
+  moe_test::Config shared = post;
+  shared.activation = "swiglu";
+  shared.options = {{"num_moe_experts", 4}, {"moe_router_topk", 2}, {"moe_shared_expert_intermediate_size", 20},
+                    {"moe_z_loss_coeff", 0.01}};
+  add("shared_experts_swiglu", shared, 2, 8);
   return all;
 }
 
@@ -124,8 +142,9 @@ Run run_case(const Case& c, uint64_t seed) {
     hidden = tt::random_tensor({c.batch, c.seq, c.config.hidden}, plx_dtype_f64(), rng);
     for (Tensor& p : params) p = p.as(c.dtype).as(plx_dtype_f64());
     hidden = hidden.as(c.dtype).as(plx_dtype_f64());
-    if (moe_test::routing_margin(moe_test::logits(c.config, *layer, hidden, params), c.config.experts(),
-                                 c.config.topk()) >= 1e-3)
+    const std::vector<double> z = moe_test::logits(c.config, *layer, hidden, params);
+    if (std::min(moe_test::routing_margin(z, c.config.experts(), c.config.topk()),
+                 moe_test::capacity_margin(c.config, z)) >= 1e-3)
       break;
   }
   for (Tensor& p : params) p = p.as(c.dtype);

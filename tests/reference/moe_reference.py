@@ -10,7 +10,11 @@ Autograd gives every gradient. F(h), with h [b, l, C] flattened to T = b l token
   S = the k largest logits of each token
   softmax:         p = softmax(z[S])           (pre_softmax: softmax(z)[S])
   sigmoid:         p = sigmoid(z)[S], / its sum + 1e-20 when k > 1
+  capacity (optional): expert e keeps at most ceil(T k / E * factor) of its (token, choice) pairs,
+    those of highest p (policy "probs", ties to the earlier token) or of the earliest tokens
+    ("position"); a dropped pair's p counts as 0 (the rest are not renormalized)
   F = sum_{e} combine[:, e] * fc2_e(act(fc1_e(u)))       act: gelu (erf), or swiglu (silu(gate) * up)
+    (+ shared(u), the shared experts' MLP, when there is one)
   aux = E coeff / (k T^2) sum_e (sum_t s_te) count_e,   s = softmax(z) or sigmoid(z) / (sum + 1e-20)
   zl  = coeff / T sum_t logsumexp(z_t)^2
 The objective whose gradients are compared: sum(grad_output * F) + loss_scale (aux + zl).
@@ -20,7 +24,8 @@ Usage (run with the system python, /usr/bin/python3, which sees Debian's python3
   moe_reference.py --spec spec.json --inputs inputs.safetensors --out result.safetensors
 spec.json: {"cases": [{"name", "experts", "topk", "normalization", "layernorm_epsilon",
              "activation": "gelu"|"swiglu", "score": "softmax"|"sigmoid", "pre_softmax": bool,
-             "aux_loss_coeff", "z_loss_coeff", "loss_scale"}, ...]}
+             "aux_loss_coeff", "z_loss_coeff", "loss_scale", "capacity_factor" (0: dropless),
+             "drop_policy": "probs"|"position", "shared": bool}, ...]}
 inputs (float32 or float64), per case: "<name>/hidden" [b, l, C], "<name>/grad_output" [b, l, C]
   and "<name>/param/<parameter name>" for every parameter, named as the layer names them.
 result, float64, per case: "<name>/output", "<name>/aux_loss" [1], "<name>/z_loss" [1],
@@ -28,6 +33,7 @@ result, float64, per case: "<name>/output", "<name>/aux_loss" [1], "<name>/z_los
 """
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -46,14 +52,35 @@ def pre_norm(h, p, case):
     return F.layer_norm(h, h.shape[-1:], w, p["pre_mlp_layernorm.bias"], eps)
 
 
-def expert(u, p, e, case):
-    a = u @ p[f"mlp.experts.local_experts.{e}.linear_fc1.weight"].T
+def mlp(u, fc1, fc2, case):
+    a = u @ fc1.T
     if case["activation"] == "swiglu":
         gate, up = a.chunk(2, dim=-1)
         act = F.silu(gate) * up
     else:
         act = F.gelu(a)
-    return act @ p[f"mlp.experts.local_experts.{e}.linear_fc2.weight"].T
+    return act @ fc2.T
+
+
+def expert(u, p, e, case):
+    prefix = f"mlp.experts.local_experts.{e}."
+    return mlp(u, p[prefix + "linear_fc1.weight"], p[prefix + "linear_fc2.weight"], case)
+
+
+def capacity_mask(combine, chosen, case):
+    """[T, E]: 1 where expert e keeps token t's pair."""
+    tokens, experts = combine.shape
+    k = case["topk"]
+    capacity = math.ceil(tokens * k / experts * case["capacity_factor"])
+    routed = torch.zeros(tokens, experts, dtype=torch.bool).scatter(1, chosen, True)
+    mask = torch.zeros(tokens, experts, dtype=combine.dtype)
+    for e in range(experts):
+        rows = [t for t in range(tokens) if routed[t, e]]
+        if case["drop_policy"] == "probs":
+            rows = sorted(rows, key=lambda t: -float(combine[t, e]))  # stable: ties keep token order
+        for t in rows[:capacity]:
+            mask[t, e] = 1
+    return mask
 
 
 def moe_layer(h, p, case):
@@ -76,7 +103,11 @@ def moe_layer(h, p, case):
             probs = probs / (probs.sum(-1, keepdim=True) + 1e-20)
         scores = sig / (sig.sum(-1, keepdim=True) + 1e-20)
     combine = torch.zeros(tokens, experts, dtype=z.dtype).scatter(1, chosen, probs)
+    if case["capacity_factor"] > 0:
+        combine = combine * capacity_mask(combine.detach(), chosen, case)
     out = sum(combine[:, e:e + 1] * expert(u, p, e, case) for e in range(experts))
+    if case["shared"]:
+        out = out + mlp(u, p["mlp.shared_experts.linear_fc1.weight"], p["mlp.shared_experts.linear_fc2.weight"], case)
     counts = torch.zeros(experts, dtype=z.dtype).scatter_add(0, chosen.reshape(-1),
                                                              torch.ones(tokens * k, dtype=z.dtype))
     aux = experts * case["aux_loss_coeff"] / (k * tokens * tokens) * (scores.sum(0) * counts).sum()

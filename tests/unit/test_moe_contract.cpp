@@ -1,5 +1,7 @@
 // The contract of moe.layer (the real built plugin) apart from its arithmetic: what it declares
-// (parameters with Megatron's names, three compute stages), the refusals of bad options and of
+// (parameters with Megatron's names, shared experts included, three compute stages), the
+// refusals of bad options (top-k > experts, experts < 1, capacity <= 0, unknown score function or
+// drop policy) and of
 // devices and calls it does not support, each naming the option or the call, and that the
 // loss scale of a backward reaches the auxiliary losses' gradients only.
 #define BOOST_TEST_MODULE moe_contract
@@ -75,6 +77,25 @@ BOOST_AUTO_TEST_CASE(bad_options_are_refused_naming_the_option) {
   const std::string pre = refusal(with({{"num_moe_experts", 2}, {"moe_router_topk", 1},
                                         {"moe_router_score_function", "sigmoid"}, {"moe_router_pre_softmax", true}}));
   BOOST_TEST(tt::mentions(pre, "moe_router_pre_softmax"), pre);
+  for (const double factor : {0.0, -1.0}) {
+    const std::string capacity =
+        refusal(with({{"num_moe_experts", 2}, {"moe_router_topk", 1}, {"moe_expert_capacity_factor", factor}}));
+    BOOST_TEST(tt::mentions(capacity, "moe_expert_capacity_factor must be a finite number > 0"), capacity);
+  }
+  const std::string policy =
+      refusal(with({{"num_moe_experts", 2}, {"moe_router_topk", 1}, {"moe_token_drop_policy", "random"}}));
+  BOOST_TEST(tt::mentions(policy, "moe_token_drop_policy must be \"probs\" or \"position\", got \"random\""), policy);
+}
+
+BOOST_AUTO_TEST_CASE(shared_experts_have_megatrons_names) {
+  moe_test::Layer layer(
+      with({{"num_moe_experts", 2}, {"moe_router_topk", 1}, {"moe_shared_expert_intermediate_size", 7}}));
+  const uint32_t n = layer->info().num_params;
+  BOOST_TEST_REQUIRE(n == 8u);  // norm, router, 2 x 2 experts, 2 shared
+  BOOST_TEST(std::string(layer->param(n - 2).name) == "mlp.shared_experts.linear_fc1.weight");
+  BOOST_TEST(std::string(layer->param(n - 1).name) == "mlp.shared_experts.linear_fc2.weight");
+  BOOST_TEST(layer->param(n - 2).desc.dims[0] == 7);
+  BOOST_TEST(layer->param(n - 1).desc.dims[1] == 7);
 }
 
 BOOST_AUTO_TEST_CASE(a_cuda_device_is_refused_as_not_built) {

@@ -8,10 +8,11 @@
 // must arrive scaled by it. aux and z are the values the layer reports (report_metric).
 //
 // Ties: the top-k choice is piecewise constant, so a finite difference must not move a token's
-// k-th logit past its (k+1)-th. Each case draws inputs and parameters until every token's gap is
-// at least 1e-3 (recomputed here from the contract in float64), 1000 times what a step of
-// h = 1e-6 can move a logit (|d logit / d value| is O(1) here). The draws that pass are then
-// fixed by their seeds.
+// k-th logit past its (k+1)-th; nor, under a capacity dropping by probability, an expert's last
+// kept probability past its first dropped one. Each case draws inputs and parameters until every
+// such gap is at least 1e-3 (recomputed here from the contract in float64), 1000 times what a
+// step of h = 1e-6 can move a logit or a probability (their derivatives are O(1) here). The draws
+// that pass are then fixed by their seeds.
 //
 // Tolerance: |analytic - numeric| <= 1e-6 |numeric| + 1e-7 per element: the central difference's
 // truncation error ~ h^2 |L'''| / 6 ~ 1e-12 and its rounding error ~ 1e-15 / h ~ 1e-9. A real
@@ -88,8 +89,8 @@ void gradcheck(const moe_test::Config& c, int64_t batch, int64_t seq, uint64_t s
     std::mt19937_64 rng(seed + static_cast<uint64_t>(draw));
     params = moe_test::random_params(*layer, c, kF64, rng);
     h = tt::random_tensor({batch, seq, c.hidden}, kF64, rng);
-    const double margin =
-        moe_test::routing_margin(moe_test::logits(c, *layer, h, params), c.experts(), c.topk());
+    const std::vector<double> z = moe_test::logits(c, *layer, h, params);
+    const double margin = std::min(moe_test::routing_margin(z, c.experts(), c.topk()), moe_test::capacity_margin(c, z));
     if (margin >= 1e-3) {
       BOOST_TEST_MESSAGE("draw " << draw << ": routing margin " << margin);
       break;
@@ -102,6 +103,7 @@ void gradcheck(const moe_test::Config& c, int64_t batch, int64_t seq, uint64_t s
   run.forward(true);
   if (c.coeff("moe_aux_loss_coeff") > 0) BOOST_TEST(moe_test::reported().at("layer0.aux_loss") > 0);
   if (c.coeff("moe_z_loss_coeff") > 0) BOOST_TEST(moe_test::reported().at("layer0.z_loss") > 0);
+  if (c.options.contains("moe_expert_capacity_factor")) BOOST_TEST(moe_test::reported().at("layer0.dropped_pairs") > 0);
   std::vector<Tensor> go = {r}, gi = {Tensor(h.shape, kF64)}, gp;
   for (const Tensor& p : params) gp.emplace_back(p.shape, kF64);
   run.backward(go, gi, gp, kLossScale);
@@ -170,4 +172,25 @@ BOOST_AUTO_TEST_CASE(experts_without_tokens) {
   moe_test::Config c = with({{"num_moe_experts", 8}, {"moe_router_topk", 1}, {"moe_z_loss_coeff", 0.05}});
   c.activation = "swiglu";
   gradcheck(c, 1, 3, 71);
+}
+
+// A capacity of ceil(T k / E * 0.5): about half the pairs are dropped, the kept ones by
+// probability; then by position.
+BOOST_AUTO_TEST_CASE(capacity_drops_by_probability) {
+  gradcheck(with({{"num_moe_experts", 4}, {"moe_router_topk", 2}, {"moe_expert_capacity_factor", 0.5},
+                  {"moe_aux_loss_coeff", 0.3}}),
+            2, 6, 81);
+}
+
+BOOST_AUTO_TEST_CASE(capacity_drops_by_position) {
+  gradcheck(with({{"num_moe_experts", 4}, {"moe_router_topk", 2}, {"moe_expert_capacity_factor", 0.75},
+                  {"moe_token_drop_policy", "position"}, {"moe_z_loss_coeff", 0.05}}),
+            2, 6, 91);
+}
+
+BOOST_AUTO_TEST_CASE(shared_experts_swiglu) {
+  moe_test::Config c = with({{"num_moe_experts", 3}, {"moe_router_topk", 2}, {"moe_shared_expert_intermediate_size", 5},
+                             {"moe_aux_loss_coeff", 0.3}});
+  c.activation = "swiglu";
+  gradcheck(c, 2, 4, 101);
 }

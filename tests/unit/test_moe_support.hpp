@@ -8,6 +8,7 @@
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -240,6 +241,63 @@ inline double routing_margin(const std::vector<double>& z, int64_t experts, int6
                             z.begin() + static_cast<std::ptrdiff_t>(t + 1) * experts);
     std::sort(row.begin(), row.end(), std::greater<>());
     margin = std::min(margin, row[static_cast<std::size_t>(k - 1)] - row[static_cast<std::size_t>(k)]);
+  }
+  return margin;
+}
+
+// The routing probabilities [T, k] (choices largest logit first) from the logits, by the
+// layer's contract; and the chosen experts.
+inline std::vector<double> probabilities(const Config& c, const std::vector<double>& z, std::vector<int>& chosen) {
+  const int64_t e = c.experts(), k = c.topk();
+  const std::size_t tokens = z.size() / static_cast<std::size_t>(e);
+  std::vector<double> p;
+  chosen.clear();
+  for (std::size_t t = 0; t < tokens; ++t) {
+    const double* row = z.data() + t * static_cast<std::size_t>(e);
+    std::vector<int> order(static_cast<std::size_t>(e));
+    for (int i = 0; i < e; ++i) order[static_cast<std::size_t>(i)] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b]; });
+    order.resize(static_cast<std::size_t>(k));
+    double all = 0, sel = 0;
+    std::vector<double> v;
+    for (int i = 0; i < e; ++i) all += c.score() == "softmax" ? std::exp(row[i]) : 1 / (1 + std::exp(-row[i]));
+    for (int i : order) {
+      const double s = c.score() == "softmax" ? std::exp(row[i]) : 1 / (1 + std::exp(-row[i]));
+      v.push_back(s);
+      sel += s;
+    }
+    for (double& s : v) {
+      if (c.score() == "softmax")
+        s /= c.pre_softmax() ? all : sel;
+      else if (k > 1)
+        s /= sel;
+    }
+    p.insert(p.end(), v.begin(), v.end());
+    chosen.insert(chosen.end(), order.begin(), order.end());
+  }
+  return p;
+}
+
+// Under the "probs" drop policy: the smallest gap, over the experts routed more pairs than their
+// capacity, between the last kept and the first dropped probability (1e300 when none drops).
+inline double capacity_margin(const Config& c, const std::vector<double>& z) {
+  const auto* factor = c.options.if_contains("moe_expert_capacity_factor");
+  if (factor == nullptr) return 1e300;
+  const auto* policy = c.options.if_contains("moe_token_drop_policy");
+  if (policy != nullptr && policy->as_string() == "position") return 1e300;
+  std::vector<int> chosen;
+  const std::vector<double> p = probabilities(c, z, chosen);
+  const double tokens = static_cast<double>(z.size()) / static_cast<double>(c.experts());
+  const auto capacity = static_cast<std::size_t>(
+      std::ceil(tokens * static_cast<double>(c.topk()) / static_cast<double>(c.experts()) * factor->to_number<double>()));
+  double margin = 1e300;
+  for (int e = 0; e < c.experts(); ++e) {
+    std::vector<double> mine;
+    for (std::size_t i = 0; i < chosen.size(); ++i)
+      if (chosen[i] == e) mine.push_back(p[i]);
+    if (mine.size() <= capacity) continue;
+    std::sort(mine.begin(), mine.end(), std::greater<>());
+    margin = std::min(margin, mine[capacity - 1] - mine[capacity]);
   }
   return margin;
 }

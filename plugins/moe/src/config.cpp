@@ -123,6 +123,20 @@ MoeConfig MoeConfig::read(const plexus::sdk::Host& host, plx_config options, plx
   if (c.pre_softmax && c.score != ScoreFunction::softmax)
     bad_option("moe_router_pre_softmax", "applies to the softmax score function only (moe_router_score_function is \"" +
                                              score + "\")");
+  if (const auto factor = number_if(host, options, "moe_expert_capacity_factor")) {
+    if (!std::isfinite(*factor) || *factor <= 0)
+      bad_option("moe_expert_capacity_factor",
+                 "must be a finite number > 0 (leave it out for dropless routing), got " + number_text(*factor));
+    c.capacity_factor = *factor;
+  }
+  const std::string policy = string_if(host, options, "moe_token_drop_policy").value_or("probs");
+  if (policy != "probs" && policy != "position")
+    bad_option("moe_token_drop_policy", "must be \"probs\" or \"position\", got \"" + policy + "\"");
+  c.drop_by_position = policy == "position";
+  c.shared_ffn = host.config_int_if(options, "moe_shared_expert_intermediate_size").value_or(0);
+  if (c.shared_ffn < 0)
+    bad_option("moe_shared_expert_intermediate_size",
+               "must be >= 0 (0: no shared experts), got " + std::to_string(c.shared_ffn));
   c.aux_loss_coeff = coefficient(host, options, "moe_aux_loss_coeff");
   c.z_loss_coeff = coefficient(host, options, "moe_z_loss_coeff");
 
@@ -135,6 +149,13 @@ MoeConfig MoeConfig::read(const plexus::sdk::Host& host, plx_config options, plx
   return c;
 }
 
+int64_t MoeConfig::capacity(int64_t tokens) const {
+  if (capacity_factor <= 0) return tokens * topk;
+  // Megatron's get_capacity(T k, E, factor): ceil(T k / E * factor).
+  return static_cast<int64_t>(std::ceil(static_cast<double>(tokens * topk) / static_cast<double>(experts) *
+                                        capacity_factor));
+}
+
 const char* options_schema() {
   return R"json({"type": "object", "doc": "A mixture-of-experts MLP (Megatron-LM's MoELayer): pre_mlp_layernorm, a top-k router and num_moe_experts expert MLPs, dropless. Option names and defaults are Megatron-LM's.", "properties": {)json"
          R"json("num_moe_experts": {"type": "integer", "minimum": 1, "default": 8, "doc": "E, the number of experts"}, )json"
@@ -143,7 +164,10 @@ const char* options_schema() {
          R"json("moe_router_pre_softmax": {"type": "boolean", "default": false, "doc": "softmax over all experts before the top-k (the selected probabilities are not renormalized); default: softmax over the k selected logits"}, )json"
          R"json("moe_router_score_function": {"type": "string", "enum": ["softmax", "sigmoid"], "default": "softmax", "doc": "softmax, or sigmoid with the k selected scores normalized to sum 1 (when k > 1)"}, )json"
          R"json("moe_aux_loss_coeff": {"type": "number", "minimum": 0, "default": 0, "doc": "the load-balancing loss E coeff / (k T^2) sum_i (sum_t p_ti) count_i; 0: off"}, )json"
-         R"json("moe_z_loss_coeff": {"type": "number", "minimum": 0, "default": 0, "doc": "the router z-loss coeff * mean_t logsumexp(logits_t)^2; 0: off"})json"
+         R"json("moe_z_loss_coeff": {"type": "number", "minimum": 0, "default": 0, "doc": "the router z-loss coeff * mean_t logsumexp(logits_t)^2; 0: off"}, )json"
+         R"json("moe_expert_capacity_factor": {"type": "number", "exclusive_minimum": 0, "doc": "each expert takes at most ceil(T k / E * factor) of a microbatch's (token, choice) pairs, the rest are dropped (their probability counts as 0); absent: dropless"}, )json"
+         R"json("moe_token_drop_policy": {"type": "string", "enum": ["probs", "position"], "default": "probs", "doc": "with a capacity: an expert keeps the pairs of highest probability, or the earliest tokens"}, )json"
+         R"json("moe_shared_expert_intermediate_size": {"type": "integer", "minimum": 0, "default": 0, "doc": "the width of a shared expert MLP every token passes through, added to the routed experts' output; 0: none"})json"
          R"json(}})json";
 }
 

@@ -32,8 +32,15 @@ struct MoeConfig {
   ScoreFunction score = ScoreFunction::softmax;  // moe_router_score_function
   double aux_loss_coeff = 0;  // moe_aux_loss_coeff
   double z_loss_coeff = 0;    // moe_z_loss_coeff
+  // moe_expert_capacity_factor: each expert takes at most ceil(T k / E * factor) of a
+  // microbatch's T tokens; 0 (the option absent): dropless.
+  double capacity_factor = 0;
+  bool drop_by_position = false;  // moe_token_drop_policy "position", else "probs"
+  int64_t shared_ffn = 0;         // moe_shared_expert_intermediate_size; 0: no shared experts
 
   int64_t fc1_rows() const { return swiglu ? 2 * ffn : ffn; }
+  // The most (token, choice) pairs one expert takes from T tokens; T k (all) when dropless.
+  int64_t capacity(int64_t tokens) const;
 
   // Reads and checks everything; throws plexus::sdk::Error naming the option or model key and
   // what was expected. Absent options take their defaults (the engine fills them from the

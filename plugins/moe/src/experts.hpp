@@ -1,17 +1,23 @@
 // The experts: E MLPs (GeLU, or SwiGLU with fc1 holding [gate; up]) run as one grouped product
-// over the permuted rows, expert e on its contiguous block of rows (Permutation::offsets), each
-// block one matrix product per weight through plexus_kernels. The activation runs over all rows
-// at once.
+// over the permuted rows, expert e on its contiguous block of rows [offsets[e], offsets[e + 1])
+// (Permutation::offsets), each block one matrix product per weight through plexus_kernels. The
+// activation runs over all rows at once. The shared experts are the same computation with one
+// block holding every token.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "config.hpp"
-#include "permutation.hpp"
 #include "plexus_kernels/buffer.hpp"
 
 namespace plexus::moe {
+
+// The sizes of one expert MLP.
+struct MlpShape {
+  int64_t hidden = 0, ffn = 0;
+  bool swiglu = false;
+  int64_t fc1_rows() const { return swiglu ? 2 * ffn : ffn; }
+};
 
 template <class T>
 struct ExpertWeights {
@@ -27,14 +33,13 @@ struct ExpertsSaved {
   plexus::kernels::Buffer act;  // [rows, F]
 };
 
-// y_perm [rows, C] from x_perm [rows, C].
+// y [rows, C] from x [rows, C]; offsets has one more entry than there are experts.
 template <class T>
-void experts_forward(const MoeConfig& c, const Permutation& p, const ExpertWeights<T>& w, const T* x_perm,
-                     ExpertsSaved& s, T* y_perm);
-// dx_perm [rows, C] (written) from dy_perm; the weight gradients accumulated.
+void experts_forward(const MlpShape& shape, const std::vector<int64_t>& offsets, const ExpertWeights<T>& w,
+                     const T* x, ExpertsSaved& s, T* y);
+// dx [rows, C] (written) from dy; the weight gradients accumulated.
 template <class T>
-void experts_backward(const MoeConfig& c, const Permutation& p, const ExpertWeights<T>& w,
-                      const ExpertGrads<T>& g, const ExpertsSaved& s, const T* x_perm, const T* dy_perm,
-                      T* dx_perm);
+void experts_backward(const MlpShape& shape, const std::vector<int64_t>& offsets, const ExpertWeights<T>& w,
+                      const ExpertGrads<T>& g, const ExpertsSaved& s, const T* x, const T* dy, T* dx);
 
 }  // namespace plexus::moe

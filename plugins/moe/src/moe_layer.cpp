@@ -1,7 +1,8 @@
-// moe.layer, F only: f = unpermute(experts(permute(norm(x))), router probabilities), in three
-// compute stages, forward 0 -> 2 and backward 2 -> 0:
-//   0 "route"      pre_mlp_layernorm, router (logits, top-k, probabilities, aux losses), permute
-//   1 "experts"    the grouped expert MLPs over the permuted rows
+// moe.layer, F only: f = unpermute(experts(permute(norm(x))), router probabilities) (+ the shared
+// experts' output), in three compute stages, forward 0 -> 2 and backward 2 -> 0:
+//   0 "route"      pre_mlp_layernorm, router (logits, top-k, probabilities, aux losses), the
+//                  capacity's drops, permute
+//   1 "experts"    the grouped expert MLPs over the permuted rows, and the shared experts
 //   2 "unpermute"  each token's k expert outputs weighted by its probabilities and summed
 // Expert parallelism will put its dispatch and combine all-to-alls (communication stages) between
 // them; everything a later stage needs lives in the per-microbatch state.
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "capacity.hpp"
 #include "checks.hpp"
 #include "config.hpp"
 #include "experts.hpp"
@@ -44,7 +46,10 @@ class MoeState : public plexus::sdk::LayerState {
   int64_t batch = 0, seq = 0;
   k::Buffer xhat, rstd, u;  // the pre-norm: its normalized rows and output
   RouterSaved router;
+  std::vector<uint8_t> kept;  // [T, k] under a capacity: 0 for a dropped pair
   Permutation perm;
+  ExpertsSaved shared;                 // the shared experts' activations
+  k::Buffer shared_y, du_shared;       // their output [T, C]; their input gradient
   k::Buffer x_perm, y_perm;
   ExpertsSaved experts;
   k::Buffer dy_perm, dprobs, dx_perm;  // between backward stages
@@ -77,6 +82,13 @@ class MoeLayer final : public plexus::sdk::Layer {
       const std::string prefix = "mlp.experts.local_experts." + std::to_string(e) + ".";
       add(prefix + "linear_fc1.weight", {c.fc1_rows(), c.hidden}, PLX_INIT_NORMAL, c.init_std, 0);
       add(prefix + "linear_fc2.weight", {c.hidden, c.ffn}, PLX_INIT_NORMAL, c.output_init_std, 0);
+    }
+    // Megatron's SharedExpertMLP names: one MLP of moe_shared_expert_intermediate_size.
+    if (c.shared_ffn > 0) {
+      shared_index_ = static_cast<uint32_t>(specs_.size());
+      add("mlp.shared_experts.linear_fc1.weight", {shared_shape().fc1_rows(), c.hidden}, PLX_INIT_NORMAL,
+          c.init_std, 0);
+      add("mlp.shared_experts.linear_fc2.weight", {c.hidden, c.shared_ffn}, PLX_INIT_NORMAL, c.output_init_std, 0);
     }
   }
 
@@ -156,7 +168,8 @@ class MoeLayer final : public plexus::sdk::Layer {
     const double n = static_cast<double>(inputs[0].dims[0]) * static_cast<double>(inputs[0].dims[1]);
     const double h = static_cast<double>(c.hidden);
     forward = 2 * n * h * static_cast<double>(c.experts) +
-              2 * n * static_cast<double>(c.topk) * h * static_cast<double>(c.fc1_rows() + c.ffn);
+              2 * n * static_cast<double>(c.topk) * h * static_cast<double>(c.fc1_rows() + c.ffn) +
+              2 * n * h * static_cast<double>(c.shared_ffn > 0 ? shared_shape().fc1_rows() + c.shared_ffn : 0);
     backward = 2 * forward;
   }
 
@@ -197,6 +210,17 @@ class MoeLayer final : public plexus::sdk::Layer {
     }
   }
 
+  MlpShape expert_shape() const { return MlpShape{config_.hidden, config_.ffn, config_.swiglu}; }
+  MlpShape shared_shape() const { return MlpShape{config_.hidden, config_.shared_ffn, config_.swiglu}; }
+
+  template <class T>
+  ExpertWeights<T> shared_weights(const DLTensor* p) const {
+    ExpertWeights<T> w;
+    w.fc1.push_back(data<T>(p[shared_index_]));
+    w.fc2.push_back(data<T>(p[shared_index_ + 1]));
+    return w;
+  }
+
   template <class T>
   ExpertWeights<T> expert_weights(const DLTensor* p) const {
     ExpertWeights<T> w;
@@ -213,13 +237,15 @@ class MoeLayer final : public plexus::sdk::Layer {
 
   // What a training forward reports: the auxiliary losses and the tokens each expert received,
   // as "<plugin>/layer<i>.<name>" values of the run's metrics stream.
-  void report(const RouterSaved& r) const {
+  void report(const RouterSaved& r, int64_t dropped) const {
     const plexus::sdk::Host host = plexus::sdk::Host::current();
     const plx_host_api* api = host.api();
     if (!PLX_HAS_FIELD(api, plx_host_api, report_metric) || api->report_metric == nullptr) return;
     const std::string prefix = "layer" + std::to_string(layer_index_) + ".";
     api->report_metric(api->ctx, (prefix + "aux_loss").c_str(), r.aux_loss);
     api->report_metric(api->ctx, (prefix + "z_loss").c_str(), r.z_loss);
+    if (config_.capacity_factor > 0)
+      api->report_metric(api->ctx, (prefix + "dropped_pairs").c_str(), static_cast<double>(dropped));
     for (std::size_t e = 0; e < r.counts.size(); ++e)
       api->report_metric(api->ctx, (prefix + "tokens_per_expert." + std::to_string(e)).c_str(),
                          static_cast<double>(r.counts[e]));
@@ -250,19 +276,30 @@ class MoeLayer final : public plexus::sdk::Layer {
         k::layernorm_forward<T>(n, c.hidden, data<T>(args.inputs[0]), w_norm, data<T>(args.params[1]),
                                 static_cast<T>(c.prenorm_eps), u, xhat, rstd);
       router_forward<T>(c, n, u, data<T>(args.params[router_index_]), st.router);
-      st.perm = Permutation::build(n, c.topk, c.experts, st.router.chosen.data());
+      int64_t dropped = 0;
+      if (c.capacity_factor > 0)
+        dropped = apply_capacity<T>(c, n, st.router.chosen.data(), st.router.probs.data<T>(), st.kept);
+      st.perm = Permutation::build(n, c.topk, c.experts, st.router.chosen.data(),
+                                   c.capacity_factor > 0 ? st.kept.data() : nullptr);
       permute_forward<T>(st.perm, c.hidden, u, st.x_perm.get<T>(sz(st.perm.rows() * c.hidden)));
-      if ((args.flags & PLX_FORWARD_TRAINING) != 0) report(st.router);
+      if ((args.flags & PLX_FORWARD_TRAINING) != 0) report(st.router, dropped);
       return;
     }
     expect_same_call(st, batch, seq);
     if (stage == kExperts) {
-      experts_forward<T>(c, st.perm, expert_weights<T>(args.params), st.x_perm.data<T>(), st.experts,
-                         st.y_perm.get<T>(sz(st.perm.rows() * c.hidden)));
+      experts_forward<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params), st.x_perm.data<T>(),
+                         st.experts, st.y_perm.get<T>(sz(st.perm.rows() * c.hidden)));
+      if (c.shared_ffn > 0)
+        experts_forward<T>(shared_shape(), {0, n}, shared_weights<T>(args.params), st.u.data<T>(), st.shared,
+                           st.shared_y.get<T>(sz(n * c.hidden)));
       return;
     }
-    unpermute_forward<T>(st.perm, c.hidden, st.y_perm.data<T>(), st.router.probs.data<T>(),
-                         data<T>(args.outputs[0]));
+    T* out = data<T>(args.outputs[0]);
+    unpermute_forward<T>(st.perm, c.hidden, st.y_perm.data<T>(), st.router.probs.data<T>(), out);
+    if (c.shared_ffn > 0) {
+      const T* shared = st.shared_y.data<T>();
+      for (int64_t i = 0; i < n * c.hidden; ++i) out[i] += shared[i];
+    }
     st.saved = (args.flags & PLX_FORWARD_TRAINING) != 0;
     st.next_backward = kUnpermute;
   }
@@ -300,8 +337,15 @@ class MoeLayer final : public plexus::sdk::Layer {
         g.fc1.push_back(grad_or_null<T>(args.param_grads, experts_index_ + 2 * sz(e)));
         g.fc2.push_back(grad_or_null<T>(args.param_grads, experts_index_ + 2 * sz(e) + 1));
       }
-      experts_backward<T>(c, st.perm, expert_weights<T>(args.params), g, st.experts, st.x_perm.data<T>(),
-                          st.dy_perm.data<T>(), st.dx_perm.get<T>(sz(rows * c.hidden)));
+      experts_backward<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params), g, st.experts,
+                          st.x_perm.data<T>(), st.dy_perm.data<T>(), st.dx_perm.get<T>(sz(rows * c.hidden)));
+      if (c.shared_ffn > 0) {
+        ExpertGrads<T> sg;
+        sg.fc1.push_back(grad_or_null<T>(args.param_grads, shared_index_));
+        sg.fc2.push_back(grad_or_null<T>(args.param_grads, shared_index_ + 1));
+        experts_backward<T>(shared_shape(), {0, n}, shared_weights<T>(args.params), sg, st.shared, st.u.data<T>(),
+                            data<T>(args.grad_outputs[0]), st.du_shared.get<T>(sz(n * c.hidden)));
+      }
       return;
     }
     // Route: du = (the experts' input gradient, un-permuted) + dlogits Wr; dWr += dlogits^T u;
@@ -309,6 +353,10 @@ class MoeLayer final : public plexus::sdk::Layer {
     k::Buffer du_buf, dlogits_buf;
     T* du = du_buf.get<T>(sz(n * c.hidden));
     permute_backward<T>(st.perm, c.hidden, st.dx_perm.data<T>(), du);
+    if (c.shared_ffn > 0) {
+      const T* shared = st.du_shared.data<T>();
+      for (int64_t i = 0; i < n * c.hidden; ++i) du[i] += shared[i];
+    }
     T* dlogits = dlogits_buf.get<T>(sz(n * c.experts));
     router_backward<T>(c, st.router, st.dprobs.data<T>(), plx_backward_loss_scale(&args), dlogits);
     const T* w_router = data<T>(args.params[router_index_]);
@@ -335,7 +383,7 @@ class MoeLayer final : public plexus::sdk::Layer {
   uint32_t layer_index_ = 0;
   std::deque<std::string> names_;  // the specs' names point into it (a deque never moves them)
   std::vector<plx_param_spec> specs_;
-  uint32_t router_index_ = 0, experts_index_ = 0;
+  uint32_t router_index_ = 0, experts_index_ = 0, shared_index_ = 0;
 };
 
 }  // namespace

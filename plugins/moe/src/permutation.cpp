@@ -7,20 +7,23 @@ namespace {
 std::size_t sz(int64_t v) { return static_cast<std::size_t>(v); }
 }  // namespace
 
-Permutation Permutation::build(int64_t tokens, int64_t topk, int64_t experts, const int32_t* chosen) {
+Permutation Permutation::build(int64_t tokens, int64_t topk, int64_t experts, const int32_t* chosen,
+                               const uint8_t* kept) {
   Permutation p;
   p.tokens = tokens;
   p.topk = topk;
   p.experts = experts;
   p.offsets.assign(sz(experts + 1), 0);
   const int64_t pairs = tokens * topk;
-  for (int64_t i = 0; i < pairs; ++i) ++p.offsets[sz(chosen[i] + 1)];
+  for (int64_t i = 0; i < pairs; ++i)
+    if (kept == nullptr || kept[i] != 0) ++p.offsets[sz(chosen[i] + 1)];
   for (int64_t e = 0; e < experts; ++e) p.offsets[sz(e + 1)] += p.offsets[sz(e)];
   // A counting sort, stable in token order.
   std::vector<int64_t> cursor(p.offsets.begin(), p.offsets.end() - 1);
-  p.row_token.assign(sz(pairs), 0);
-  p.slot_row.assign(sz(pairs), 0);
+  p.row_token.assign(sz(p.offsets.back()), 0);
+  p.slot_row.assign(sz(pairs), -1);
   for (int64_t i = 0; i < pairs; ++i) {
+    if (kept != nullptr && kept[i] == 0) continue;
     const int64_t r = cursor[sz(chosen[i])]++;
     p.row_token[sz(r)] = i / topk;
     p.slot_row[sz(i)] = r;
@@ -43,7 +46,9 @@ void permute_backward(const Permutation& p, int64_t cols, const T* dx_perm, T* d
     T* out = dx + t * cols;
     for (int64_t c = 0; c < cols; ++c) out[c] = 0;
     for (int64_t j = 0; j < p.topk; ++j) {
-      const T* in = dx_perm + p.slot_row[sz(t * p.topk + j)] * cols;
+      const int64_t r = p.slot_row[sz(t * p.topk + j)];
+      if (r < 0) continue;
+      const T* in = dx_perm + r * cols;
       for (int64_t c = 0; c < cols; ++c) out[c] += in[c];
     }
   }
@@ -56,8 +61,10 @@ void unpermute_forward(const Permutation& p, int64_t cols, const T* y_perm, cons
     T* out = y + t * cols;
     for (int64_t c = 0; c < cols; ++c) out[c] = 0;
     for (int64_t j = 0; j < p.topk; ++j) {
+      const int64_t r = p.slot_row[sz(t * p.topk + j)];
+      if (r < 0) continue;
       const T w = probs[t * p.topk + j];
-      const T* in = y_perm + p.slot_row[sz(t * p.topk + j)] * cols;
+      const T* in = y_perm + r * cols;
       for (int64_t c = 0; c < cols; ++c) out[c] += w * in[c];
     }
   }
@@ -71,6 +78,10 @@ void unpermute_backward(const Permutation& p, int64_t cols, const T* dy, const T
     const T* g = dy + t * cols;
     for (int64_t j = 0; j < p.topk; ++j) {
       const int64_t r = p.slot_row[sz(t * p.topk + j)];
+      if (r < 0) {
+        dprobs[t * p.topk + j] = 0;
+        continue;
+      }
       const T w = probs[t * p.topk + j];
       const T* yr = y_perm + r * cols;
       T* dr = dy_perm + r * cols;
