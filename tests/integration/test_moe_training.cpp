@@ -1,7 +1,8 @@
 // MoE layers in models, as a user runs them (plexus-train, plexus model show, real plugin
 // files): the GPT with every model.moe.layer_freq-th MLP an MoE (Megatron's moe_layer_freq) and a
-// hybrid pattern with E train, the loss falls, a run resumes bit-exactly from its checkpoint, and
-// the checkpoint names the experts as Megatron does; bad options stop the run naming the option.
+// hybrid pattern with E train, the loss falls, a run resumes bit-exactly from its checkpoint, the
+// checkpoint names the experts as Megatron does, and metrics.jsonl carries the layer's auxiliary
+// losses and tokens per expert; bad options stop the run naming the option.
 #define BOOST_TEST_MODULE moe_training
 #include <boost/test/unit_test.hpp>
 
@@ -50,6 +51,17 @@ BOOST_AUTO_TEST_CASE(a_gpt_with_moe_layers_trains_and_resumes_bit_exactly) {
   // 20 steps, all within the default config's learning-rate warmup, take the loss from 5.54 to
   // 5.23 here.
   BOOST_TEST(expected.back() < expected.front() - 0.2, "loss " << expected.front() << " -> " << expected.back());
+
+  // The layer's reports in every step record: the auxiliary losses and the tokens per expert,
+  // each the mean over the step's 2 microbatches of 4 x 32 tokens with k = 2.
+  for (const boost::json::object& record : plexus::test::records(straight / "metrics.jsonl", "step")) {
+    BOOST_TEST(record.at("moe/layer0.aux_loss").as_double() > 0.0);
+    BOOST_TEST(record.at("moe/layer0.z_loss").as_double() > 0.0);
+    double tokens = 0;
+    for (int e = 0; e < 4; ++e) tokens += record.at("moe/layer0.tokens_per_expert." + std::to_string(e)).as_double();
+    BOOST_TEST(tokens == 4 * 32 * 2);
+    BOOST_TEST(!record.contains("moe/layer1.aux_loss"));  // layer 1 is dense
+  }
 
   // Megatron's names: the MoE layer's router and experts by global index, the dense layer's MLP.
   const std::string weights = file_bytes(straight / "checkpoints" / "step_00000010" / "model.safetensors");
