@@ -9,7 +9,8 @@
 //
 // Cases: softmax after top-k (gelu, RMSNorm) and before (swiglu, LayerNorm), sigmoid with k = 2
 // and k = 1, top-1 softmax, 8 experts with k = 2, a capacity dropping by probability and by
-// position, shared experts (swiglu), each in float64 and float32. The float32
+// position, shared experts (swiglu), group-limited routing (softmax after and before the top-k,
+// sigmoid), each in float64 and float32. The float32
 // cases compute the layer in float32 against the float64 reference of the same (float32) values.
 // Routing must not differ between the two: a token whose k-th and (k+1)-th logits are within
 // 1e-4 of each other could choose differently under float32 rounding (and so could an expert
@@ -75,7 +76,9 @@ struct Case {
             {"capacity_factor", c.coeff("moe_expert_capacity_factor")},
             {"drop_policy", c.options.contains("moe_token_drop_policy") ? c.options.at("moe_token_drop_policy")
                                                                         : boost::json::value("probs")},
-            {"shared", c.options.contains("moe_shared_expert_intermediate_size")}};
+            {"shared", c.options.contains("moe_shared_expert_intermediate_size")},
+            {"num_groups", moe_test::option(c, "moe_router_num_groups")},
+            {"group_topk", moe_test::option(c, "moe_router_group_topk")}};
   }
 };
 
@@ -121,6 +124,18 @@ std::vector<Case> cases() {
   shared.options = {{"num_moe_experts", 4}, {"moe_router_topk", 2}, {"moe_shared_expert_intermediate_size", 20},
                     {"moe_z_loss_coeff", 0.01}};
   add("shared_experts_swiglu", shared, 2, 8);
+  moe_test::Config grouped = post;
+  grouped.options = {{"num_moe_experts", 8}, {"moe_router_topk", 2}, {"moe_router_num_groups", 2},
+                     {"moe_router_group_topk", 1}, {"moe_aux_loss_coeff", 0.1}};
+  add("group_limited_softmax", grouped, 2, 10);
+  grouped.options = {{"num_moe_experts", 8}, {"moe_router_topk", 4}, {"moe_router_num_groups", 4},
+                     {"moe_router_group_topk", 2}, {"moe_router_score_function", "sigmoid"},
+                     {"moe_router_pre_softmax", false}, {"moe_aux_loss_coeff", 0.1}};
+  add("group_limited_sigmoid", grouped, 2, 10);
+  moe_test::Config pre_grouped = pre;
+  pre_grouped.options["moe_router_num_groups"] = 3;
+  pre_grouped.options["moe_router_group_topk"] = 3;
+  add("group_limited_pre_softmax_all_groups", pre_grouped, 2, 9);
   return all;
 }
 
@@ -143,8 +158,8 @@ Run run_case(const Case& c, uint64_t seed) {
     for (Tensor& p : params) p = p.as(c.dtype).as(plx_dtype_f64());
     hidden = hidden.as(c.dtype).as(plx_dtype_f64());
     const std::vector<double> z = moe_test::logits(c.config, *layer, hidden, params);
-    if (std::min(moe_test::routing_margin(z, c.config.experts(), c.config.topk()),
-                 moe_test::capacity_margin(c.config, z)) >= 1e-3)
+    if (std::min({moe_test::routing_margin(z, c.config.experts(), c.config.topk()),
+                  moe_test::capacity_margin(c.config, z), moe_test::group_margin(c.config, z)}) >= 1e-3)
       break;
   }
   for (Tensor& p : params) p = p.as(c.dtype);

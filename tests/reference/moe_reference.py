@@ -7,7 +7,9 @@ matrix (the probability where the expert was chosen, 0 elsewhere) weights their 
 Autograd gives every gradient. F(h), with h [b, l, C] flattened to T = b l tokens:
   u = PreNorm(h)                               RMSNorm, or LayerNorm (with a bias)
   z = u @ router^T                             [T, E]
-  S = the k largest logits of each token
+  S = the k largest logits of each token; with groups (num_groups G, group_topk g): among the
+      experts of the g groups whose k / g largest selection scores (the logits for softmax after
+      the top-k, else the softmax or sigmoid scores) sum highest
   softmax:         p = softmax(z[S])           (pre_softmax: softmax(z)[S])
   sigmoid:         p = sigmoid(z)[S], / its sum + 1e-20 when k > 1
   capacity (optional): expert e keeps at most ceil(T k / E * factor) of its (token, choice) pairs,
@@ -15,7 +17,8 @@ Autograd gives every gradient. F(h), with h [b, l, C] flattened to T = b l token
     ("position"); a dropped pair's p counts as 0 (the rest are not renormalized)
   F = sum_{e} combine[:, e] * fc2_e(act(fc1_e(u)))       act: gelu (erf), or swiglu (silu(gate) * up)
     (+ shared(u), the shared experts' MLP, when there is one)
-  aux = E coeff / (k T^2) sum_e (sum_t s_te) count_e,   s = softmax(z) or sigmoid(z) / (sum + 1e-20)
+  aux = E coeff / (k T^2) sum_e (sum_t s_te) count_e,   s = softmax(z), or sigmoid(z) / (sum + 1e-20)
+        (not normalized when k = 1); count_e from a plain top-k of s (no groups, no drops)
   zl  = coeff / T sum_t logsumexp(z_t)^2
 The objective whose gradients are compared: sum(grad_output * F) + loss_scale (aux + zl).
 Everything is float64.
@@ -25,7 +28,8 @@ Usage (run with the system python, /usr/bin/python3, which sees Debian's python3
 spec.json: {"cases": [{"name", "experts", "topk", "normalization", "layernorm_epsilon",
              "activation": "gelu"|"swiglu", "score": "softmax"|"sigmoid", "pre_softmax": bool,
              "aux_loss_coeff", "z_loss_coeff", "loss_scale", "capacity_factor" (0: dropless),
-             "drop_policy": "probs"|"position", "shared": bool}, ...]}
+             "drop_policy": "probs"|"position", "shared": bool, "num_groups", "group_topk" (0: off)},
+             ...]}
 inputs (float32 or float64), per case: "<name>/hidden" [b, l, C], "<name>/grad_output" [b, l, C]
   and "<name>/param/<parameter name>" for every parameter, named as the layer names them.
 result, float64, per case: "<name>/output", "<name>/aux_loss" [1], "<name>/z_loss" [1],
@@ -83,13 +87,34 @@ def capacity_mask(combine, chosen, case):
     return mask
 
 
+def group_limited_topk(selection, z, case):
+    """[T, k] expert ids: the k largest logits among the experts of each token's best groups."""
+    tokens, experts = z.shape
+    groups, g, k = case["num_groups"], case["group_topk"], case["topk"]
+    group_scores = selection.view(tokens, groups, -1).topk(k // g, dim=-1).values.sum(-1)
+    best = torch.topk(group_scores, g, dim=-1).indices
+    allowed = torch.zeros(tokens, groups, dtype=torch.bool).scatter(1, best, True)
+    allowed = allowed.repeat_interleave(experts // groups, dim=1)
+    return torch.topk(z.masked_fill(~allowed, float("-inf")), k, dim=-1).indices
+
+
 def moe_layer(h, p, case):
     experts, k = case["experts"], case["topk"]
     b, l, c = h.shape
     u = pre_norm(h, p, case).reshape(b * l, c)
     tokens = u.shape[0]
     z = u @ p["mlp.router.weight"].T
-    chosen = torch.topk(z.detach(), k, dim=-1).indices
+    plain = torch.topk(z.detach(), k, dim=-1).indices
+    chosen = plain
+    if case["num_groups"] > 0:
+        zd = z.detach()
+        if case["score"] == "sigmoid":
+            selection = torch.sigmoid(zd)
+        elif case["pre_softmax"]:
+            selection = torch.softmax(zd, dim=-1)
+        else:
+            selection = zd
+        chosen = group_limited_topk(selection, zd, case)
     if case["score"] == "softmax":
         if case["pre_softmax"]:
             probs = torch.softmax(z, dim=-1).gather(1, chosen)
@@ -101,14 +126,14 @@ def moe_layer(h, p, case):
         probs = sig.gather(1, chosen)
         if k > 1:
             probs = probs / (probs.sum(-1, keepdim=True) + 1e-20)
-        scores = sig / (sig.sum(-1, keepdim=True) + 1e-20)
+        scores = sig / (sig.sum(-1, keepdim=True) + 1e-20) if k > 1 else sig
     combine = torch.zeros(tokens, experts, dtype=z.dtype).scatter(1, chosen, probs)
     if case["capacity_factor"] > 0:
         combine = combine * capacity_mask(combine.detach(), chosen, case)
     out = sum(combine[:, e:e + 1] * expert(u, p, e, case) for e in range(experts))
     if case["shared"]:
         out = out + mlp(u, p["mlp.shared_experts.linear_fc1.weight"], p["mlp.shared_experts.linear_fc2.weight"], case)
-    counts = torch.zeros(experts, dtype=z.dtype).scatter_add(0, chosen.reshape(-1),
+    counts = torch.zeros(experts, dtype=z.dtype).scatter_add(0, plain.reshape(-1),
                                                              torch.ones(tokens * k, dtype=z.dtype))
     aux = experts * case["aux_loss_coeff"] / (k * tokens * tokens) * (scores.sum(0) * counts).sum()
     zl = case["z_loss_coeff"] * torch.logsumexp(z, dim=-1).pow(2).mean()

@@ -1,7 +1,7 @@
 // The contract of moe.layer (the real built plugin) apart from its arithmetic: what it declares
 // (parameters with Megatron's names, shared experts included, three compute stages), the
 // refusals of bad options (top-k > experts, experts < 1, capacity <= 0, unknown score function or
-// drop policy) and of
+// drop policy, inconsistent groups) and of
 // devices and calls it does not support, each naming the option or the call, and that the
 // loss scale of a backward reaches the auxiliary losses' gradients only.
 #define BOOST_TEST_MODULE moe_contract
@@ -85,6 +85,16 @@ BOOST_AUTO_TEST_CASE(bad_options_are_refused_naming_the_option) {
   const std::string policy =
       refusal(with({{"num_moe_experts", 2}, {"moe_router_topk", 1}, {"moe_token_drop_policy", "random"}}));
   BOOST_TEST(tt::mentions(policy, "moe_token_drop_policy must be \"probs\" or \"position\", got \"random\""), policy);
+  const std::string divide = refusal(with({{"num_moe_experts", 6}, {"moe_router_topk", 2},
+                                           {"moe_router_num_groups", 4}, {"moe_router_group_topk", 1}}));
+  BOOST_TEST(tt::mentions(divide, "moe_router_num_groups (4) must divide num_moe_experts (6)"), divide);
+  const std::string alone = refusal(with({{"num_moe_experts", 6}, {"moe_router_topk", 2}, {"moe_router_num_groups", 3}}));
+  BOOST_TEST(tt::mentions(alone, "moe_router_group_topk must be set too"), alone);
+  const std::string few = refusal(with({{"num_moe_experts", 6}, {"moe_router_topk", 3},
+                                        {"moe_router_num_groups", 3}, {"moe_router_group_topk", 1}}));
+  BOOST_TEST(tt::mentions(few, "moe_router_topk (3) must be between moe_router_group_topk (1) and the experts of the "
+                               "chosen groups (2)"),
+             few);
 }
 
 BOOST_AUTO_TEST_CASE(shared_experts_have_megatrons_names) {

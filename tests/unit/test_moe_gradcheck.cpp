@@ -20,6 +20,7 @@
 #define BOOST_TEST_MODULE moe_gradcheck
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -90,11 +91,30 @@ void gradcheck(const moe_test::Config& c, int64_t batch, int64_t seq, uint64_t s
     params = moe_test::random_params(*layer, c, kF64, rng);
     h = tt::random_tensor({batch, seq, c.hidden}, kF64, rng);
     const std::vector<double> z = moe_test::logits(c, *layer, h, params);
-    const double margin = std::min(moe_test::routing_margin(z, c.experts(), c.topk()), moe_test::capacity_margin(c, z));
+    const double margin = std::min({moe_test::routing_margin(z, c.experts(), c.topk()),
+                                    moe_test::capacity_margin(c, z), moe_test::group_margin(c, z)});
     if (margin >= 1e-3) {
       BOOST_TEST_MESSAGE("draw " << draw << ": routing margin " << margin);
       break;
     }
+  }
+  if (moe_test::option(c, "moe_router_num_groups") > 0) {
+    // The groups must matter: some token's group-limited choice differs from its plain top-k.
+    const std::vector<double> z = moe_test::logits(c, *layer, h, params);
+    int differ = 0;
+    for (std::size_t t = 0; t < z.size() / static_cast<std::size_t>(c.experts()); ++t) {
+      const double* row = z.data() + t * static_cast<std::size_t>(c.experts());
+      double unused = 1e300;
+      std::vector<int> grouped = moe_test::group_choice(c, row, unused), plain(static_cast<std::size_t>(c.experts()));
+      for (int i = 0; i < c.experts(); ++i) plain[static_cast<std::size_t>(i)] = i;
+      std::stable_sort(plain.begin(), plain.end(), [&](int a, int b) { return row[a] > row[b]; });
+      plain.resize(static_cast<std::size_t>(c.topk()));
+      std::sort(grouped.begin(), grouped.end());
+      std::sort(plain.begin(), plain.end());
+      differ += grouped != plain;
+    }
+    BOOST_TEST_MESSAGE("tokens whose choice the groups changed: " << differ);
+    BOOST_TEST(differ > 0);
   }
   std::mt19937_64 rng(seed ^ 0x5eed);
   const Tensor r = tt::random_tensor({batch, seq, c.hidden}, kF64, rng);
@@ -193,4 +213,19 @@ BOOST_AUTO_TEST_CASE(shared_experts_swiglu) {
                              {"moe_aux_loss_coeff", 0.3}});
   c.activation = "swiglu";
   gradcheck(c, 2, 4, 101);
+}
+
+// Group-limited routing: 6 experts in 2 groups, a token chooses within its best group (scored by
+// the sum of its 2 largest logits); then 8 sigmoid experts in 4 groups, 2 chosen, k = 4 (each
+// group scored by its 2 largest sigmoid scores).
+BOOST_AUTO_TEST_CASE(group_limited_softmax) {
+  gradcheck(with({{"num_moe_experts", 6}, {"moe_router_topk", 2}, {"moe_router_num_groups", 2},
+                  {"moe_router_group_topk", 1}, {"moe_aux_loss_coeff", 0.3}, {"moe_z_loss_coeff", 0.05}}),
+            2, 5, 111);
+}
+
+BOOST_AUTO_TEST_CASE(group_limited_sigmoid) {
+  gradcheck(with({{"num_moe_experts", 8}, {"moe_router_topk", 4}, {"moe_router_num_groups", 4},
+                  {"moe_router_group_topk", 2}, {"moe_router_score_function", "sigmoid"}, {"moe_aux_loss_coeff", 0.3}}),
+            2, 5, 121);
 }

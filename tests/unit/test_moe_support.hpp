@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <utility>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -245,6 +246,55 @@ inline double routing_margin(const std::vector<double>& z, int64_t experts, int6
   return margin;
 }
 
+inline int64_t option(const Config& c, const char* key) {
+  const auto* v = c.options.if_contains(key);
+  return v != nullptr ? v->as_int64() : 0;
+}
+
+// Group-limited routing by the layer's contract, for one token's logits: the experts of the
+// group_topk groups whose topk / group_topk largest selection scores sum highest, largest logit
+// first. `margin` becomes the smaller of the gap between the last chosen and the first other
+// group's score and the gap at the k-th choice among the allowed experts.
+inline std::vector<int> group_choice(const Config& c, const double* z, double& margin) {
+  const int64_t e = c.experts(), groups = option(c, "moe_router_num_groups"), g = option(c, "moe_router_group_topk");
+  const int64_t per = e / groups, summed = c.topk() / g;
+  double all = 0;
+  for (int64_t i = 0; i < e; ++i) all += std::exp(z[i]);
+  std::vector<double> score(static_cast<std::size_t>(e));
+  for (int64_t i = 0; i < e; ++i)
+    score[static_cast<std::size_t>(i)] = c.score() == "sigmoid" ? 1 / (1 + std::exp(-z[i]))
+                                         : c.pre_softmax()      ? std::exp(z[i]) / all
+                                                                : z[i];
+  std::vector<std::pair<double, int>> group_scores;
+  for (int64_t q = 0; q < groups; ++q) {
+    std::vector<double> mine(score.begin() + q * per, score.begin() + (q + 1) * per);
+    std::sort(mine.begin(), mine.end(), std::greater<>());
+    double sum = 0;
+    for (int64_t j = 0; j < summed; ++j) sum += mine[static_cast<std::size_t>(j)];
+    group_scores.emplace_back(-sum, static_cast<int>(q));
+  }
+  std::sort(group_scores.begin(), group_scores.end());
+  if (g < groups)
+    margin = std::min(margin, group_scores[static_cast<std::size_t>(g)].first - group_scores[static_cast<std::size_t>(g - 1)].first);
+  std::vector<int> allowed;
+  for (int64_t q = 0; q < g; ++q)
+    for (int64_t i = 0; i < per; ++i) allowed.push_back(group_scores[static_cast<std::size_t>(q)].second * static_cast<int>(per) + static_cast<int>(i));
+  std::stable_sort(allowed.begin(), allowed.end(), [&](int a, int b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+  if (static_cast<int64_t>(allowed.size()) > c.topk())
+    margin = std::min(margin, z[allowed[static_cast<std::size_t>(c.topk() - 1)]] - z[allowed[static_cast<std::size_t>(c.topk())]]);
+  allowed.resize(static_cast<std::size_t>(c.topk()));
+  return allowed;
+}
+
+// The smallest margin of the group choice over the tokens (1e300 without groups).
+inline double group_margin(const Config& c, const std::vector<double>& z) {
+  double margin = 1e300;
+  if (option(c, "moe_router_num_groups") == 0) return margin;
+  for (std::size_t t = 0; t < z.size() / static_cast<std::size_t>(c.experts()); ++t)
+    group_choice(c, z.data() + t * static_cast<std::size_t>(c.experts()), margin);
+  return margin;
+}
+
 // The routing probabilities [T, k] (choices largest logit first) from the logits, by the
 // layer's contract; and the chosen experts.
 inline std::vector<double> probabilities(const Config& c, const std::vector<double>& z, std::vector<int>& chosen) {
@@ -258,6 +308,10 @@ inline std::vector<double> probabilities(const Config& c, const std::vector<doub
     for (int i = 0; i < e; ++i) order[static_cast<std::size_t>(i)] = i;
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b]; });
     order.resize(static_cast<std::size_t>(k));
+    if (option(c, "moe_router_num_groups") > 0) {
+      double unused = 1e300;
+      order = group_choice(c, row, unused);
+    }
     double all = 0, sel = 0;
     std::vector<double> v;
     for (int i = 0; i < e; ++i) all += c.score() == "softmax" ? std::exp(row[i]) : 1 / (1 + std::exp(-row[i]));

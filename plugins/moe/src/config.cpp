@@ -1,5 +1,6 @@
 #include "config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <sstream>
@@ -137,6 +138,26 @@ MoeConfig MoeConfig::read(const plexus::sdk::Host& host, plx_config options, plx
   if (c.shared_ffn < 0)
     bad_option("moe_shared_expert_intermediate_size",
                "must be >= 0 (0: no shared experts), got " + std::to_string(c.shared_ffn));
+  c.groups = host.config_int_if(options, "moe_router_num_groups").value_or(0);
+  c.group_topk = host.config_int_if(options, "moe_router_group_topk").value_or(0);
+  if (c.groups < 0 || c.group_topk < 0)
+    bad_option(c.groups < 0 ? "moe_router_num_groups" : "moe_router_group_topk",
+               "must be >= 0 (0: no group-limited routing), got " + std::to_string(std::min(c.groups, c.group_topk)));
+  if ((c.groups > 0) != (c.group_topk > 0))
+    bad_option(c.groups > 0 ? "moe_router_group_topk" : "moe_router_num_groups",
+               "must be set too: group-limited routing needs both moe_router_num_groups and moe_router_group_topk");
+  if (c.groups > 0) {
+    if (c.experts % c.groups != 0)
+      bad_option("moe_router_num_groups", '(' + std::to_string(c.groups) + ") must divide num_moe_experts (" +
+                                              std::to_string(c.experts) + ")");
+    if (c.group_topk > c.groups)
+      bad_option("moe_router_group_topk", '(' + std::to_string(c.group_topk) +
+                                              ") must not exceed moe_router_num_groups (" + std::to_string(c.groups) + ")");
+    if (c.topk < c.group_topk || c.topk > c.group_topk * (c.experts / c.groups))
+      bad_option("moe_router_topk", '(' + std::to_string(c.topk) + ") must be between moe_router_group_topk (" +
+                                        std::to_string(c.group_topk) + ") and the experts of the chosen groups (" +
+                                        std::to_string(c.group_topk * (c.experts / c.groups)) + ")");
+  }
   c.aux_loss_coeff = coefficient(host, options, "moe_aux_loss_coeff");
   c.z_loss_coeff = coefficient(host, options, "moe_z_loss_coeff");
 
@@ -167,7 +188,9 @@ const char* options_schema() {
          R"json("moe_z_loss_coeff": {"type": "number", "minimum": 0, "default": 0, "doc": "the router z-loss coeff * mean_t logsumexp(logits_t)^2; 0: off"}, )json"
          R"json("moe_expert_capacity_factor": {"type": "number", "exclusive_minimum": 0, "doc": "each expert takes at most ceil(T k / E * factor) of a microbatch's (token, choice) pairs, the rest are dropped (their probability counts as 0); absent: dropless"}, )json"
          R"json("moe_token_drop_policy": {"type": "string", "enum": ["probs", "position"], "default": "probs", "doc": "with a capacity: an expert keeps the pairs of highest probability, or the earliest tokens"}, )json"
-         R"json("moe_shared_expert_intermediate_size": {"type": "integer", "minimum": 0, "default": 0, "doc": "the width of a shared expert MLP every token passes through, added to the routed experts' output; 0: none"})json"
+         R"json("moe_shared_expert_intermediate_size": {"type": "integer", "minimum": 0, "default": 0, "doc": "the width of a shared expert MLP every token passes through, added to the routed experts' output; 0: none"}, )json"
+         R"json("moe_router_num_groups": {"type": "integer", "minimum": 0, "default": 0, "doc": "group-limited routing: the experts in this many equal groups (must divide num_moe_experts); 0: off"}, )json"
+         R"json("moe_router_group_topk": {"type": "integer", "minimum": 0, "default": 0, "doc": "group-limited routing: a token chooses among this many groups, those whose k / group_topk largest scores sum highest"})json"
          R"json(}})json";
 }
 

@@ -37,6 +37,9 @@ struct MoeConfig {
   double capacity_factor = 0;
   bool drop_by_position = false;  // moe_token_drop_policy "position", else "probs"
   int64_t shared_ffn = 0;         // moe_shared_expert_intermediate_size; 0: no shared experts
+  // Group-limited routing: the experts in moe_router_num_groups equal groups; a token chooses
+  // only among the moe_router_group_topk groups of highest score. 0: off.
+  int64_t groups = 0, group_topk = 0;
 
   int64_t fc1_rows() const { return swiglu ? 2 * ffn : ffn; }
   // The most (token, choice) pairs one expert takes from T tokens; T k (all) when dropless.

@@ -19,6 +19,46 @@ T sigmoid(T x) {
   return T(1) / (T(1) + std::exp(-x));
 }
 
+// Group-limited routing: the experts of the token's group_topk best groups, largest logit first
+// (ties to the lower index). A group's score is the sum of its topk / group_topk largest
+// selection scores: the logits for softmax after the top-k, else the softmax or sigmoid scores.
+template <class T>
+std::vector<int32_t> group_candidates(const MoeConfig& c, const T* z) {
+  const int64_t e_count = c.experts, per_group = c.experts / c.groups, summed = c.topk / c.group_topk;
+  std::vector<double> score(static_cast<std::size_t>(e_count));
+  double zmax = static_cast<double>(z[0]);
+  for (int64_t i = 1; i < e_count; ++i) zmax = std::max(zmax, static_cast<double>(z[i]));
+  double denom = 0;
+  for (int64_t i = 0; i < e_count; ++i) denom += std::exp(static_cast<double>(z[i]) - zmax);
+  for (int64_t i = 0; i < e_count; ++i) {
+    const double v = static_cast<double>(z[i]);
+    if (c.score == ScoreFunction::sigmoid)
+      score[static_cast<std::size_t>(i)] = 1 / (1 + std::exp(-v));
+    else if (c.pre_softmax)
+      score[static_cast<std::size_t>(i)] = std::exp(v - zmax) / denom;
+    else
+      score[static_cast<std::size_t>(i)] = v;
+  }
+  std::vector<double> group_score(static_cast<std::size_t>(c.groups));
+  for (int64_t g = 0; g < c.groups; ++g) {
+    std::vector<double> mine(score.begin() + g * per_group, score.begin() + (g + 1) * per_group);
+    std::sort(mine.begin(), mine.end(), std::greater<>());
+    for (int64_t j = 0; j < summed; ++j) group_score[static_cast<std::size_t>(g)] += mine[static_cast<std::size_t>(j)];
+  }
+  std::vector<int32_t> groups(static_cast<std::size_t>(c.groups));
+  std::iota(groups.begin(), groups.end(), 0);
+  std::stable_sort(groups.begin(), groups.end(), [&](int32_t a, int32_t b) {
+    return group_score[static_cast<std::size_t>(a)] > group_score[static_cast<std::size_t>(b)];
+  });
+  std::vector<int32_t> allowed;
+  for (int64_t g = 0; g < c.group_topk; ++g)
+    for (int64_t i = 0; i < per_group; ++i)
+      allowed.push_back(static_cast<int32_t>(groups[static_cast<std::size_t>(g)] * per_group + i));
+  std::sort(allowed.begin(), allowed.end(),
+            [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+  return allowed;
+}
+
 }  // namespace
 
 template <class T>
@@ -34,6 +74,8 @@ void router_forward(const MoeConfig& c, int64_t tokens, const T* u, const T* w_r
   T* lse = s.lse.get<T>(sz(tokens));
   s.chosen.assign(sz(tokens * kk), 0);
   s.counts.assign(sz(e_count), 0);
+  s.aux_counts.assign(sz(e_count), 0);
+  std::vector<int32_t> plain(sz(tokens * kk));  // the top-k without groups, for the aux counts
 
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < tokens; ++t) {
@@ -42,13 +84,19 @@ void router_forward(const MoeConfig& c, int64_t tokens, const T* u, const T* w_r
     int32_t* pick = s.chosen.data() + t * kk;
     T* p = probs + t * kk;
     // The k largest logits, ties to the lower index, largest first.
+    const auto larger = [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); };
     std::vector<int32_t> order(sz(e_count));
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + kk, order.end(),
-                      [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
-    for (int64_t j = 0; j < kk; ++j) pick[j] = order[sz(j)];
+    std::sort(order.begin(), order.end(), larger);
+    for (int64_t j = 0; j < kk; ++j) plain[sz(t * kk + j)] = order[sz(j)];
+    if (c.groups > 0) {
+      const std::vector<int32_t> allowed = group_candidates(c, z);
+      for (int64_t j = 0; j < kk; ++j) pick[j] = allowed[sz(j)];
+    } else {
+      for (int64_t j = 0; j < kk; ++j) pick[j] = order[sz(j)];
+    }
     // Softmax over all experts: the z-loss's logsumexp, and the scores of the softmax routers.
-    const T zmax = z[pick[0]];
+    const T zmax = z[order[0]];
     T sum = 0;
     for (int64_t i = 0; i < e_count; ++i) sum += std::exp(z[i] - zmax);
     lse[t] = zmax + std::log(sum);
@@ -68,10 +116,14 @@ void router_forward(const MoeConfig& c, int64_t tokens, const T* u, const T* w_r
       for (int64_t j = 0; j < kk; ++j) sel += p[j] = sc[pick[j]];
       if (kk > 1)
         for (int64_t j = 0; j < kk; ++j) p[j] /= sel + T(kSigmoidSumEps);
-      for (int64_t i = 0; i < e_count; ++i) sc[i] /= all + T(kSigmoidSumEps);
+      if (kk > 1)
+        for (int64_t i = 0; i < e_count; ++i) sc[i] /= all + T(kSigmoidSumEps);
     }
   }
-  for (int64_t i = 0; i < tokens * kk; ++i) ++s.counts[sz(s.chosen[sz(i)])];
+  for (int64_t i = 0; i < tokens * kk; ++i) {
+    ++s.counts[sz(s.chosen[sz(i)])];
+    ++s.aux_counts[sz(plain[sz(i)])];
+  }
 
   // The losses in double, whatever T: they are reported values, not part of the output.
   const double n = static_cast<double>(tokens);
@@ -80,7 +132,7 @@ void router_forward(const MoeConfig& c, int64_t tokens, const T* u, const T* w_r
     for (int64_t i = 0; i < e_count; ++i) {
       double column = 0;
       for (int64_t t = 0; t < tokens; ++t) column += static_cast<double>(scores[t * e_count + i]);
-      s.aux_loss += column * static_cast<double>(s.counts[sz(i)]);
+      s.aux_loss += column * static_cast<double>(s.aux_counts[sz(i)]);
     }
     s.aux_loss *= static_cast<double>(e_count) * c.aux_loss_coeff / (static_cast<double>(kk) * n * n);
   }
@@ -105,7 +157,7 @@ void router_backward(const MoeConfig& c, const RouterSaved& s, const T* dprobs, 
   if (c.aux_loss_coeff > 0)
     for (int64_t i = 0; i < e_count; ++i)
       aux_grad[sz(i)] = static_cast<T>(loss_scale * static_cast<double>(e_count) * c.aux_loss_coeff /
-                                       (static_cast<double>(kk) * n * n) * static_cast<double>(s.counts[sz(i)]));
+                                       (static_cast<double>(kk) * n * n) * static_cast<double>(s.aux_counts[sz(i)]));
   const T z_grad = static_cast<T>(loss_scale * 2 * c.z_loss_coeff / n);
 
 #pragma omp parallel for schedule(static)
@@ -141,6 +193,12 @@ void router_backward(const MoeConfig& c, const RouterSaved& s, const T* dprobs, 
       for (int64_t i = 0; i < e_count; ++i) sg += sc[i] * aux_grad[sz(i)];
       if (c.score == ScoreFunction::softmax) {
         for (int64_t i = 0; i < e_count; ++i) dz[i] += sc[i] * (aux_grad[sz(i)] - sg);
+      } else if (kk == 1) {
+        // s_i = sig_i (not normalized for k = 1).
+        for (int64_t i = 0; i < e_count; ++i) {
+          const T sig = sigmoid(z[i]);
+          dz[i] += aux_grad[sz(i)] * sig * (T(1) - sig);
+        }
       } else {
         // s_i = sig_i / D, D = sum_all sig + eps: dsig_m = (g_m - sum s g) / D.
         T all = 0;

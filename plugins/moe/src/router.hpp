@@ -7,10 +7,14 @@
 //   softmax, pre       s = softmax over all E logits, p = s at the k selected experts
 //   sigmoid            s = sigmoid(logits), p = s at the selected, / their sum when k > 1
 // The selection is the k largest logits in every case (all three scores are monotonic in the
-// logit), ties going to the lower expert index.
+// logit), ties going to the lower expert index. With group-limited routing (Megatron's
+// group_limited_topk) the experts form G equal groups, each scored by the sum of its k / g
+// largest selection scores (the logits for softmax after the top-k, else the softmax or sigmoid
+// scores); a token chooses among the experts of its g best groups only.
 //
 // Auxiliary losses, on the scores over all experts (softmax, or the sigmoid normalized over all
-// E) and the routed counts (not differentiated):
+// E when k > 1) and the counts of a plain top-k of those scores (not differentiated; without
+// groups, the routed counts):
 //   aux = E coeff / (k T^2) sum_i (sum_t s_ti) count_i
 //   z   = coeff / T sum_t logsumexp(logits_t)^2
 // Their gradients enter the router's backward multiplied by the loss scale (d objective / d
@@ -34,6 +38,7 @@ struct RouterSaved {
   plexus::kernels::Buffer lse;      // [T]: logsumexp of the logits (z-loss)
   std::vector<int32_t> chosen;      // [T, k]: expert ids, largest logit first
   std::vector<int64_t> counts;      // [E]: tokens routed to each expert
+  std::vector<int64_t> aux_counts;  // [E]: the aux loss's counts (a top-k without groups)
   double aux_loss = 0, z_loss = 0;
 };
 
