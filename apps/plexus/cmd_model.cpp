@@ -106,8 +106,17 @@ int model_command(const std::vector<std::string>& args) {
       std::cout << json_text(out) << "\n";
       return 0;
     }
-    std::cout << "model: " << (pattern.empty() ? "GPT, [*-] x " + std::to_string(run_config.at("model").at("num_layers").to_number<int64_t>())
-                                               : "pattern \"" + pattern + "\"")
+    const auto& model_section = run_config.at("model").as_object();
+    int64_t moe_layer_freq = 0;
+    if (const auto* moe = model_section.if_contains("moe"); moe != nullptr && moe->is_object())
+      if (const auto* f = moe->as_object().if_contains("layer_freq"); f != nullptr && f->is_number())
+        moe_layer_freq = f->to_number<int64_t>();
+    const std::string gpt = "GPT, [*-] x " + std::to_string(model_section.at("num_layers").to_number<int64_t>()) +
+                            (moe_layer_freq == 1   ? std::string(", [*E] in every layer (model.moe.layer_freq 1)")
+                             : moe_layer_freq > 1 ? ", [*E] every " + std::to_string(moe_layer_freq) +
+                                                        " layers from layer 0 (model.moe.layer_freq)"
+                                                  : std::string());
+    std::cout << "model: " << (pattern.empty() ? gpt : "pattern \"" + pattern + "\"")
               << ", hidden " << model.settings().hidden_size << ", sequence " << model.settings().seq_length << "\n";
     std::cout << padded("logical", 9) << padded("physical", 10) << padded("symbol", 8) << padded("unit", 52)
               << padded("parameters", 12) << padded("FLOPs/token", 13) << "segment\n";

@@ -86,6 +86,15 @@ BOOST_AUTO_TEST_CASE(the_gpt_is_attention_and_mlp_groups) {
   for (uint32_t i = 0; i < 6; ++i) BOOST_TEST(p.layers[i].logical == i / 2);
 }
 
+// Megatron's moe_layer_freq k: layer i's MLP is an MoE when i % k == 0; 0 is the dense GPT.
+BOOST_AUTO_TEST_CASE(the_gpt_with_every_kth_mlp_an_moe) {
+  BOOST_TEST(hy::gpt_pattern(4, 2) == "[*E][*-][*E][*-]");
+  BOOST_TEST(hy::gpt_pattern(3, 1) == "[*E][*E][*E]");
+  BOOST_TEST(hy::gpt_pattern(5, 3) == "[*E][*-][*-][*E][*-]");
+  BOOST_TEST(hy::gpt_pattern(2, 0) == hy::gpt_pattern(2));
+  BOOST_TEST(parse(hy::gpt_pattern(4, 2)).logical_layers == 4u);
+}
+
 // Megatron's example: "[*-][*-]|[*E][*E]" at virtual stage 1 of a 1-stage pipeline is the second
 // segment, [*E][*E], with physical offset 4 and logical offset 2.
 BOOST_AUTO_TEST_CASE(pipeline_segment_offsets) {

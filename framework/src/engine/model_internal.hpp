@@ -51,6 +51,8 @@ struct Model::Run {
   bool training = false;
   uint32_t microbatch = 0;
   Tensor loss_scale;  // [1]: dL/dloss for the head's backward
+  // The same scale for the layers' own loss terms (plx_backward_args.loss_scale, ABI 1.4).
+  double loss_scale_value = 1.0;
   std::vector<std::unique_ptr<LayerInstance::State>> states;
   std::vector<std::vector<Tensor>> outputs;      // per unit, allocated at its first stage
   Tensor stream;                                 // the residual stream [B, S, C], or [B*S, n, C] under mHC

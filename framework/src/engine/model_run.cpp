@@ -68,6 +68,7 @@ std::unique_ptr<Model::Run> Model::start_run(const Batch& batch, bool training, 
   run->tokens = batch.tokens.to(device_);
   run->targets = batch.targets.to(device_);
   run->loss_scale = Tensor({1}, plx_dtype_f32(), device_);
+  run->loss_scale_value = loss_scale;
   const auto scale = static_cast<float>(loss_scale);
   device_ops::write_floats(run->loss_scale, &scale, 1);
   run->outputs.resize(units_.size());
@@ -251,6 +252,7 @@ void Model::backward_stage(Run& run, uint32_t u, uint32_t stage) {
   args.num_params = static_cast<uint32_t>(unit.param_views.size());
   args.params = unit.param_views.data();
   args.param_grads = unit.grad_views.data();
+  args.loss_scale = run.loss_scale_value;
   unit.layer->backward(*run.states[u], stage, args);
 
   if (stage > 0) {

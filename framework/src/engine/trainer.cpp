@@ -49,6 +49,7 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
     : impl_(std::make_unique<Impl>()) {
   Impl& t = *impl_;
   t.host = &host;
+  t.plugin_metrics = std::make_unique<PluginMetrics>(host.services());
   t.run_config = std::move(run_config);
   t.data = std::move(data);
   const auto& rc = t.run_config;
@@ -279,6 +280,7 @@ TrainResult Trainer::run(const TrainerEvents& events) {
                                {"step_seconds", seconds}};
     if (gflops >= 0) record["gflops_per_s"] = gflops;
     if (t.reducer) record["buckets_started_in_backward"] = static_cast<int64_t>(t.reducer->started_early());
+    t.plugin_metrics->take_step(record);
     t.write_metrics(record, events);
     if (t.writer) progress.step(step, loss, t.optimizer->last_lr(), tokens_per_s, gflops);
     const int64_t done = step + 1;

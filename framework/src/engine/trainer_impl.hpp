@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/gradient_reducer.hpp"
+#include "engine/plugin_metrics.hpp"
 #include "engine/progress.hpp"
 #include "plexus/core/checkpoint/tensor_names.hpp"
 #include "plexus/core/engine/step_profile.hpp"
@@ -47,6 +48,7 @@ struct Trainer::Impl {
   void barrier() const;
 
   std::ofstream metrics;
+  std::unique_ptr<PluginMetrics> plugin_metrics;  // the plugins' report_metric values, per step
   std::vector<Batch> batches;
 
   void write_metrics(const boost::json::object& record, const TrainerEvents& events);

@@ -84,6 +84,7 @@ PluginHost::~PluginHost() {
 }
 
 HostServices& PluginHost::services() noexcept { return *services_; }
+HostServices& PluginHost::services() const noexcept { return *services_; }
 
 const PluginRecord& PluginHost::load(const fs::path& requested, const LoadOptions& options) {
   std::error_code ec;

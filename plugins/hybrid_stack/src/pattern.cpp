@@ -147,6 +147,13 @@ std::string gpt_pattern(int64_t num_layers) {
   return text;
 }
 
+std::string gpt_pattern(int64_t num_layers, int64_t moe_layer_freq) {
+  if (moe_layer_freq <= 0) return gpt_pattern(num_layers);
+  std::string text;
+  for (int64_t i = 0; i < num_layers; ++i) text += i % moe_layer_freq == 0 ? "[*E]" : "[*-]";
+  return text;
+}
+
 SegmentSelection select_segment(const Pattern& pattern, uint32_t pp_size, uint32_t pp_rank, uint32_t vp_stage) {
   if (pp_size == 0 || pp_rank >= pp_size)
     throw std::invalid_argument("pipeline rank " + std::to_string(pp_rank) + " is not below the pipeline size " +

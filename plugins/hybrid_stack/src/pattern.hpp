@@ -62,6 +62,9 @@ Pattern parse_pattern(std::string_view text, const SymbolRules& rules);
 
 // The GPT as a pattern: "[*-]" num_layers times.
 std::string gpt_pattern(int64_t num_layers);
+// The GPT with MoE layers (Megatron-LM's moe_layer_freq k): layer i's MLP is an MoE layer, "[*E]",
+// when i % k == 0; k == 0 is the dense GPT.
+std::string gpt_pattern(int64_t num_layers, int64_t moe_layer_freq);
 
 // Megatron's pipeline segment selection: the segment of (pp_rank, vp_stage) is
 // vp_stage * pp_size + pp_rank; the segment count must divide by pp_size (as many segments per

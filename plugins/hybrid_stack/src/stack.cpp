@@ -24,7 +24,18 @@ Stack::Stack(const boost::json::value& model_value, const boost::json::value& op
   std::string text;
   if (const auto* p = model.if_contains("pattern"); p != nullptr && p->is_string()) text = std::string(p->as_string());
   const bool gpt = text.empty();
-  if (gpt) text = gpt_pattern(num_layers);
+  int64_t moe_layer_freq = 0;
+  if (const auto* moe = model.if_contains("moe"); moe != nullptr && moe->is_object())
+    if (const auto* f = moe->as_object().if_contains("layer_freq"); f != nullptr && f->is_number())
+      moe_layer_freq = f->to_number<int64_t>();
+  if (moe_layer_freq < 0)
+    throw std::invalid_argument("model.moe.layer_freq: expected an integer >= 0 (0: no MoE layers), got " +
+                                std::to_string(moe_layer_freq));
+  if (!gpt && moe_layer_freq > 0)
+    throw std::invalid_argument("model.moe.layer_freq (" + std::to_string(moe_layer_freq) +
+                                ") applies to the GPT only; with model.pattern \"" + text +
+                                "\" the symbol E marks the MoE layers: remove one of the two");
+  if (gpt) text = gpt_pattern(num_layers, moe_layer_freq);
 
   SymbolRules rules;
   rules.is_layer = [&](char c) { return symbols.contains(c); };

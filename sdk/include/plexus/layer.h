@@ -121,7 +121,22 @@ typedef struct plx_backward_args {
   DLTensor* param_grads;
   plx_stream compute_stream;
   plx_stream comm_stream;
+
+  /* ---- ABI 1.4 ---- */
+  /* d(objective) / d(this microbatch's loss): what the host seeds the head's backward with
+   * (1 / microbatches for the engine's mean over microbatches). A layer that adds a loss term of
+   * its own (an MoE layer's load-balancing and z-losses) scales that term's gradient by it, so
+   * the term is weighted like the main loss. Read it with plx_backward_loss_scale: 1 when the
+   * caller's struct predates the field or leaves it zero. */
+  double loss_scale;
 } plx_backward_args;
+
+/* The loss scale of a backward call (ABI 1.4): 1 for a caller built before the field, and for 0
+ * (a zero-filled struct whose caller did not set it; no objective scales a loss by 0). */
+static inline double plx_backward_loss_scale(const plx_backward_args* args) {
+  if (!PLX_HAS_FIELD(args, plx_backward_args, loss_scale) || args->loss_scale == 0.0) return 1.0;
+  return args->loss_scale;
+}
 
 /* The function table. `layer` and `state` are the plugin's own objects. Out structs are sized by
  * the caller (struct_size set before the call). Functions marked optional may be NULL. */
@@ -164,7 +179,8 @@ PLX_PIN_SIZE(plx_layer_create_args, 40);
 PLX_PIN_OFFSET(plx_forward_args, outputs, 32);
 PLX_PIN_SIZE(plx_forward_args, 72);
 PLX_PIN_OFFSET(plx_backward_args, grad_inputs, 32);
-PLX_PIN_SIZE(plx_backward_args, 72);
+PLX_PIN_OFFSET(plx_backward_args, loss_scale, 72); /* ABI 1.4 */
+PLX_PIN_SIZE(plx_backward_args, 80);
 PLX_PIN_OFFSET(plx_layer_v1, create, 8);
 PLX_PIN_OFFSET(plx_layer_v1, backward_weights, 96);
 /* ABI 1.1 */

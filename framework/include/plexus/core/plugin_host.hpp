@@ -74,6 +74,9 @@ class PluginHost {
   std::vector<const Component*> components_of(const PluginRecord& plugin) const;
 
   HostServices& services() noexcept;
+  // The services are the plugins' shared runtime state (logging, errors, the metric sink), not
+  // part of the registry: a host whose registry is read-only still routes its plugins' metrics.
+  HostServices& services() const noexcept;
 
  private:
   struct Loaded;

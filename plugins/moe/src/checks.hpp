@@ -1,0 +1,43 @@
+// The checks every call of moe.layer makes on the tensors it is handed: dtype, device (the CPU),
+// layout and shape, each refusal naming the tensor and what was expected.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "plexus/layer.h"
+
+namespace plexus::moe {
+
+enum class Precision { f32, f64 };
+
+inline DLDataType dtype_of(Precision p) {
+  return p == Precision::f32 ? plx_dtype_f32() : plx_dtype_f64();
+}
+template <class T>
+constexpr Precision precision_v = sizeof(T) == 4 ? Precision::f32 : Precision::f64;
+
+std::string shape_string(const int64_t* dims, int64_t ndim);
+
+// float32 or float64, else an Error naming `what` and the dtype it has.
+Precision precision_of(DLDataType dtype, const std::string& what);
+
+// A contiguous CPU tensor with data, of this dtype and shape, else an Error naming `what`.
+void expect_tensor(const DLTensor& t, DLDataType dtype, const int64_t* dims, int64_t ndim,
+                   const std::string& what);
+void expect_tensor(const DLTensor& t, DLDataType dtype, std::initializer_list<int64_t> dims,
+                   const std::string& what);
+
+// Hidden states [batch, seq, hidden] on the CPU in `dtype`: returns batch and seq.
+void expect_hidden(const DLTensor& t, DLDataType dtype, int64_t hidden, const std::string& what,
+                   int64_t& batch, int64_t& seq);
+// The description of hidden states: float32 or float64, [batch, seq, hidden].
+void expect_hidden_desc(const plx_tensor_desc& d, int64_t hidden, const std::string& what);
+
+template <class T>
+T* data(const DLTensor& t) {
+  return static_cast<T*>(plx_data(&t));
+}
+
+}  // namespace plexus::moe

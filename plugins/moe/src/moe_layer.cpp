@@ -1,0 +1,400 @@
+// moe.layer, F only: f = unpermute(experts(permute(norm(x))), router probabilities) (+ the shared
+// experts' output), in three compute stages, forward 0 -> 2 and backward 2 -> 0:
+//   0 "route"      pre_mlp_layernorm, router (logits, top-k, probabilities, aux losses), the
+//                  capacity's drops, permute
+//   1 "experts"    the grouped expert MLPs over the permuted rows, and the shared experts
+//   2 "unpermute"  each token's k expert outputs weighted by its probabilities and summed
+// Expert parallelism will put its dispatch and combine all-to-alls (communication stages) between
+// them; everything a later stage needs lives in the per-microbatch state.
+#include "moe_layer.hpp"
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capacity.hpp"
+#include "checks.hpp"
+#include "config.hpp"
+#include "experts.hpp"
+#include "permutation.hpp"
+#include "plexus/cpp/host.hpp"
+#include "plexus/cpp/layer.hpp"
+#include "plexus/cpp/tensor.hpp"
+#include "plexus_kernels/buffer.hpp"
+#include "plexus_kernels/gemm.hpp"
+#include "plexus_kernels/norm.hpp"
+#include "router.hpp"
+
+namespace plexus::moe {
+namespace {
+
+using plexus::sdk::Error;
+namespace k = plexus::kernels;
+
+enum Stage : uint32_t { kRoute = 0, kExperts = 1, kUnpermute = 2, kStages = 3 };
+constexpr const char* kStageNames[kStages] = {"route", "experts", "unpermute"};
+
+std::size_t sz(int64_t v) { return static_cast<std::size_t>(v); }
+
+class MoeState : public plexus::sdk::LayerState {
+ public:
+  uint32_t next_forward = 0;   // the forward stage expected next
+  bool saved = false;          // a complete training forward is held
+  uint32_t next_backward = kUnpermute;
+  Precision precision = Precision::f32;
+  int64_t batch = 0, seq = 0;
+  k::Buffer xhat, rstd, u;  // the pre-norm: its normalized rows and output
+  RouterSaved router;
+  std::vector<uint8_t> kept;  // [T, k] under a capacity: 0 for a dropped pair
+  Permutation perm;
+  ExpertsSaved shared;                 // the shared experts' activations
+  k::Buffer shared_y, du_shared;       // their output [T, C]; their input gradient
+  k::Buffer x_perm, y_perm;
+  ExpertsSaved experts;
+  k::Buffer dy_perm, dprobs, dx_perm;  // between backward stages
+};
+
+// The device first (a CUDA layer is refused before its options are looked at), then the options.
+MoeConfig read_config(const plx_layer_create_args& args) {
+  if (args.device.device_type == kDLCUDA)
+    throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) +
+                                         ": the CUDA path of this layer is not built yet; it runs on the CPU "
+                                         "only (" + plexus::sdk::device_text(args.device) + " requested)");
+  if (args.device.device_type != kDLCPU)
+    throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) + " runs on the CPU only (device type " +
+                                         std::to_string(static_cast<int>(args.device.device_type)) +
+                                         " requested)");
+  return MoeConfig::read(plexus::sdk::Host::current(), args.config, args.model_config, args.num_layers);
+}
+
+class MoeLayer final : public plexus::sdk::Layer {
+ public:
+  explicit MoeLayer(const plx_layer_create_args& args) : config_(read_config(args)), layer_index_(args.layer_index) {
+    const MoeConfig& c = config_;
+    add("pre_mlp_layernorm.weight", {c.hidden}, PLX_INIT_ONES, 0, PLX_PARAM_NO_WEIGHT_DECAY);
+    if (!c.rms_prenorm) add("pre_mlp_layernorm.bias", {c.hidden}, PLX_INIT_ZEROS, 0, PLX_PARAM_NO_WEIGHT_DECAY);
+    router_index_ = static_cast<uint32_t>(specs_.size());
+    add("mlp.router.weight", {c.experts, c.hidden}, PLX_INIT_NORMAL, c.init_std, 0);
+    experts_index_ = static_cast<uint32_t>(specs_.size());
+    // Megatron's SequentialMLP (the local spec) names: the global expert index i.
+    for (int64_t e = 0; e < c.experts; ++e) {
+      const std::string prefix = "mlp.experts.local_experts." + std::to_string(e) + ".";
+      add(prefix + "linear_fc1.weight", {c.fc1_rows(), c.hidden}, PLX_INIT_NORMAL, c.init_std, 0);
+      add(prefix + "linear_fc2.weight", {c.hidden, c.ffn}, PLX_INIT_NORMAL, c.output_init_std, 0);
+    }
+    // Megatron's SharedExpertMLP names: one MLP of moe_shared_expert_intermediate_size.
+    if (c.shared_ffn > 0) {
+      shared_index_ = static_cast<uint32_t>(specs_.size());
+      add("mlp.shared_experts.linear_fc1.weight", {shared_shape().fc1_rows(), c.hidden}, PLX_INIT_NORMAL,
+          c.init_std, 0);
+      add("mlp.shared_experts.linear_fc2.weight", {c.hidden, c.shared_ffn}, PLX_INIT_NORMAL, c.output_init_std, 0);
+    }
+  }
+
+  plx_layer_info info() const override {
+    plx_layer_info i{};
+    i.struct_size = sizeof(i);
+    i.num_params = static_cast<uint32_t>(specs_.size());
+    i.num_stages = kStages;
+    i.num_inputs = 1;
+    i.num_outputs = 1;
+    return i;
+  }
+
+  plx_param_spec param(uint32_t index) const override {
+    if (index >= specs_.size())
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + " has " + std::to_string(specs_.size()) +
+                                                " parameters; there is no parameter " + std::to_string(index));
+    return specs_[index];
+  }
+
+  plx_stage_info stage(uint32_t index) const override {
+    expect_stage(index);
+    plx_stage_info s{};
+    s.struct_size = sizeof(s);
+    s.kind = PLX_STAGE_COMPUTE;
+    s.name = kStageNames[index];
+    return s;
+  }
+
+  void output_desc(uint32_t num_inputs, const plx_tensor_desc* inputs, uint32_t num_outputs,
+                   plx_tensor_desc* outputs) const override {
+    expect_counts("output_desc", num_inputs, num_outputs);
+    expect_hidden_desc(inputs[0], config_.hidden, "input 0 (hidden states)");
+    outputs[0] = inputs[0];
+  }
+
+  std::unique_ptr<plexus::sdk::LayerState> create_state(uint32_t /*microbatch*/) override {
+    return std::make_unique<MoeState>();
+  }
+
+  void forward(plexus::sdk::LayerState& state, uint32_t stage, const plx_forward_args& args) override {
+    expect_call("forward", stage, args.num_inputs, args.num_outputs, args.num_params);
+    auto& st = static_cast<MoeState&>(state);
+    if (stage != st.next_forward)
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": forward stage " + std::to_string(stage) +
+                                                " called before stage " + std::to_string(st.next_forward));
+    if (precision_of(args.inputs[0].dtype, "input 0 (hidden states)") == Precision::f32)
+      run_forward<float>(st, stage, args);
+    else
+      run_forward<double>(st, stage, args);
+    st.next_forward = (stage + 1) % kStages;
+  }
+
+  void backward(plexus::sdk::LayerState& state, uint32_t stage, const plx_backward_args& args) override {
+    expect_call("backward", stage, args.num_inputs, args.num_outputs, args.num_params);
+    auto& st = static_cast<MoeState&>(state);
+    if (!st.saved)
+      throw Error(PLX_ERR_INVALID_ARGUMENT,
+                  "backward without a training forward of this microbatch (PLX_FORWARD_TRAINING was not set)");
+    if (stage != st.next_backward)
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": backward stage " + std::to_string(stage) +
+                                                " called before stage " + std::to_string(st.next_backward));
+    if (precision_of(args.grad_outputs[0].dtype, "grad output 0") == Precision::f32)
+      run_backward<float>(st, stage, args);
+    else
+      run_backward<double>(st, stage, args);
+    st.next_backward = stage == 0 ? kUnpermute : stage - 1;
+  }
+
+  // The matrix products as run, 2 FLOPs per multiply-add: the router ([N, C] x [C, E]) and, for
+  // each of the N k routed rows, fc1 and fc2. Backward: twice the forward.
+  void estimate_flops(uint32_t num_inputs, const plx_tensor_desc* inputs, double& forward,
+                      double& backward) const override {
+    expect_counts("estimate_flops", num_inputs, 1);
+    expect_hidden_desc(inputs[0], config_.hidden, "input 0 (hidden states)");
+    const MoeConfig& c = config_;
+    const double n = static_cast<double>(inputs[0].dims[0]) * static_cast<double>(inputs[0].dims[1]);
+    const double h = static_cast<double>(c.hidden);
+    forward = 2 * n * h * static_cast<double>(c.experts) +
+              2 * n * static_cast<double>(c.topk) * h * static_cast<double>(c.fc1_rows() + c.ffn) +
+              2 * n * h * static_cast<double>(c.shared_ffn > 0 ? shared_shape().fc1_rows() + c.shared_ffn : 0);
+    backward = 2 * forward;
+  }
+
+ private:
+  void add(const std::string& name, std::initializer_list<int64_t> dims, uint32_t init, double std_dev,
+           uint32_t flags) {
+    names_.push_back(name);
+    plx_param_spec p = plexus::sdk::param_spec(names_.back().c_str(), dims, init, std_dev, flags);
+    specs_.push_back(p);
+  }
+
+  static void expect_stage(uint32_t stage) {
+    if (stage >= kStages)
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + " has " + std::to_string(kStages) +
+                                                " stages; no stage " + std::to_string(stage));
+  }
+  static void expect_counts(const char* what, uint32_t num_inputs, uint32_t num_outputs) {
+    if (num_inputs != 1 || num_outputs != 1)
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(what) + ": " + kComponent + " takes 1 input and 1 output, got " +
+                                                std::to_string(num_inputs) + " and " + std::to_string(num_outputs));
+  }
+  void expect_call(const char* what, uint32_t stage, uint32_t num_inputs, uint32_t num_outputs,
+                   uint32_t num_params) const {
+    expect_stage(stage);
+    expect_counts(what, num_inputs, num_outputs);
+    if (num_params != specs_.size())
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(what) + ": " + kComponent + " has " +
+                                                std::to_string(specs_.size()) + " parameters, got " +
+                                                std::to_string(num_params));
+  }
+  void expect_params(const DLTensor* params, const DLTensor* grads, DLDataType dtype) const {
+    for (std::size_t i = 0; i < specs_.size(); ++i) {
+      const plx_param_spec& p = specs_[i];
+      const std::string name = std::string("parameter ") + p.name;
+      expect_tensor(params[i], dtype, p.desc.dims, p.desc.ndim, name);
+      if (grads != nullptr && grads[i].data != nullptr)
+        expect_tensor(grads[i], dtype, p.desc.dims, p.desc.ndim, "gradient of " + name);
+    }
+  }
+
+  MlpShape expert_shape() const { return MlpShape{config_.hidden, config_.ffn, config_.swiglu}; }
+  MlpShape shared_shape() const { return MlpShape{config_.hidden, config_.shared_ffn, config_.swiglu}; }
+
+  template <class T>
+  ExpertWeights<T> shared_weights(const DLTensor* p) const {
+    ExpertWeights<T> w;
+    w.fc1.push_back(data<T>(p[shared_index_]));
+    w.fc2.push_back(data<T>(p[shared_index_ + 1]));
+    return w;
+  }
+
+  template <class T>
+  ExpertWeights<T> expert_weights(const DLTensor* p) const {
+    ExpertWeights<T> w;
+    for (int64_t e = 0; e < config_.experts; ++e) {
+      w.fc1.push_back(data<T>(p[experts_index_ + 2 * e]));
+      w.fc2.push_back(data<T>(p[experts_index_ + 2 * e + 1]));
+    }
+    return w;
+  }
+  template <class T>
+  static T* grad_or_null(const DLTensor* g, std::size_t i) {
+    return g != nullptr && g[i].data != nullptr ? data<T>(g[i]) : nullptr;
+  }
+
+  // What a training forward reports: the auxiliary losses and the tokens each expert received,
+  // as "<plugin>/layer<i>.<name>" values of the run's metrics stream.
+  void report(const RouterSaved& r, int64_t dropped) const {
+    const plexus::sdk::Host host = plexus::sdk::Host::current();
+    const plx_host_api* api = host.api();
+    if (!PLX_HAS_FIELD(api, plx_host_api, report_metric) || api->report_metric == nullptr) return;
+    const std::string prefix = "layer" + std::to_string(layer_index_) + ".";
+    api->report_metric(api->ctx, (prefix + "aux_loss").c_str(), r.aux_loss);
+    api->report_metric(api->ctx, (prefix + "z_loss").c_str(), r.z_loss);
+    if (config_.capacity_factor > 0)
+      api->report_metric(api->ctx, (prefix + "dropped_pairs").c_str(), static_cast<double>(dropped));
+    for (std::size_t e = 0; e < r.counts.size(); ++e)
+      api->report_metric(api->ctx, (prefix + "tokens_per_expert." + std::to_string(e)).c_str(),
+                         static_cast<double>(r.counts[e]));
+  }
+
+  template <class T>
+  void run_forward(MoeState& st, uint32_t stage, const plx_forward_args& args) {
+    const MoeConfig& c = config_;
+    const DLDataType dt = dtype_of(precision_v<T>);
+    int64_t batch = 0, seq = 0;
+    expect_hidden(args.inputs[0], dt, c.hidden, "input 0 (hidden states)", batch, seq);
+    expect_tensor(args.outputs[0], dt, {batch, seq, c.hidden}, "output 0");
+    expect_params(args.params, nullptr, dt);
+    const int64_t n = batch * seq;
+    if (stage == kRoute) {
+      st.saved = false;  // a failed or inference forward leaves nothing a backward could use
+      st.precision = precision_v<T>;
+      st.batch = batch;
+      st.seq = seq;
+      const T* w_norm = data<T>(args.params[0]);
+      T* u = st.u.get<T>(sz(n * c.hidden));
+      T* xhat = st.xhat.get<T>(sz(n * c.hidden));
+      T* rstd = st.rstd.get<T>(sz(n));
+      if (c.rms_prenorm)
+        k::rmsnorm_forward<T>(n, c.hidden, data<T>(args.inputs[0]), w_norm, static_cast<T>(c.prenorm_eps), u, xhat,
+                              rstd);
+      else
+        k::layernorm_forward<T>(n, c.hidden, data<T>(args.inputs[0]), w_norm, data<T>(args.params[1]),
+                                static_cast<T>(c.prenorm_eps), u, xhat, rstd);
+      router_forward<T>(c, n, u, data<T>(args.params[router_index_]), st.router);
+      int64_t dropped = 0;
+      if (c.capacity_factor > 0)
+        dropped = apply_capacity<T>(c, n, st.router.chosen.data(), st.router.probs.data<T>(), st.kept);
+      st.perm = Permutation::build(n, c.topk, c.experts, st.router.chosen.data(),
+                                   c.capacity_factor > 0 ? st.kept.data() : nullptr);
+      permute_forward<T>(st.perm, c.hidden, u, st.x_perm.get<T>(sz(st.perm.rows() * c.hidden)));
+      if ((args.flags & PLX_FORWARD_TRAINING) != 0) report(st.router, dropped);
+      return;
+    }
+    expect_same_call(st, batch, seq);
+    if (stage == kExperts) {
+      experts_forward<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params), st.x_perm.data<T>(),
+                         st.experts, st.y_perm.get<T>(sz(st.perm.rows() * c.hidden)));
+      if (c.shared_ffn > 0)
+        experts_forward<T>(shared_shape(), {0, n}, shared_weights<T>(args.params), st.u.data<T>(), st.shared,
+                           st.shared_y.get<T>(sz(n * c.hidden)));
+      return;
+    }
+    T* out = data<T>(args.outputs[0]);
+    unpermute_forward<T>(st.perm, c.hidden, st.y_perm.data<T>(), st.router.probs.data<T>(), out);
+    if (c.shared_ffn > 0) {
+      const T* shared = st.shared_y.data<T>();
+      for (int64_t i = 0; i < n * c.hidden; ++i) out[i] += shared[i];
+    }
+    st.saved = (args.flags & PLX_FORWARD_TRAINING) != 0;
+    st.next_backward = kUnpermute;
+  }
+
+  void expect_same_call(const MoeState& st, int64_t batch, int64_t seq) const {
+    if (st.batch != batch || st.seq != seq)
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": a stage of shape [" +
+                                                std::to_string(batch) + ", " + std::to_string(seq) +
+                                                "] after a route stage of [" + std::to_string(st.batch) + ", " +
+                                                std::to_string(st.seq) + "]");
+  }
+
+  template <class T>
+  void run_backward(MoeState& st, uint32_t stage, const plx_backward_args& args) {
+    const MoeConfig& c = config_;
+    const DLDataType dt = dtype_of(precision_v<T>);
+    int64_t batch = 0, seq = 0;
+    expect_hidden(args.grad_outputs[0], dt, c.hidden, "grad output 0", batch, seq);
+    if (st.precision != precision_v<T>)
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string("backward in ") + plexus::sdk::dtype_name(dt) +
+                                                " after a forward in " +
+                                                plexus::sdk::dtype_name(dtype_of(st.precision)));
+    expect_same_call(st, batch, seq);
+    expect_params(args.params, args.param_grads, dt);
+    const int64_t n = batch * seq, rows = st.perm.rows();
+    if (stage == kUnpermute) {
+      unpermute_backward<T>(st.perm, c.hidden, data<T>(args.grad_outputs[0]), st.y_perm.data<T>(),
+                            st.router.probs.data<T>(), st.dy_perm.get<T>(sz(rows * c.hidden)),
+                            st.dprobs.get<T>(sz(n * c.topk)));
+      return;
+    }
+    if (stage == kExperts) {
+      ExpertGrads<T> g;
+      for (int64_t e = 0; e < c.experts; ++e) {
+        g.fc1.push_back(grad_or_null<T>(args.param_grads, experts_index_ + 2 * sz(e)));
+        g.fc2.push_back(grad_or_null<T>(args.param_grads, experts_index_ + 2 * sz(e) + 1));
+      }
+      experts_backward<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params), g, st.experts,
+                          st.x_perm.data<T>(), st.dy_perm.data<T>(), st.dx_perm.get<T>(sz(rows * c.hidden)));
+      if (c.shared_ffn > 0) {
+        ExpertGrads<T> sg;
+        sg.fc1.push_back(grad_or_null<T>(args.param_grads, shared_index_));
+        sg.fc2.push_back(grad_or_null<T>(args.param_grads, shared_index_ + 1));
+        experts_backward<T>(shared_shape(), {0, n}, shared_weights<T>(args.params), sg, st.shared, st.u.data<T>(),
+                            data<T>(args.grad_outputs[0]), st.du_shared.get<T>(sz(n * c.hidden)));
+      }
+      return;
+    }
+    // Route: du = (the experts' input gradient, un-permuted) + dlogits Wr; dWr += dlogits^T u;
+    // then the pre-norm.
+    k::Buffer du_buf, dlogits_buf;
+    T* du = du_buf.get<T>(sz(n * c.hidden));
+    permute_backward<T>(st.perm, c.hidden, st.dx_perm.data<T>(), du);
+    if (c.shared_ffn > 0) {
+      const T* shared = st.du_shared.data<T>();
+      for (int64_t i = 0; i < n * c.hidden; ++i) du[i] += shared[i];
+    }
+    T* dlogits = dlogits_buf.get<T>(sz(n * c.experts));
+    router_backward<T>(c, st.router, st.dprobs.data<T>(), plx_backward_loss_scale(&args), dlogits);
+    const T* w_router = data<T>(args.params[router_index_]);
+    if (T* dw_router = grad_or_null<T>(args.param_grads, router_index_))
+      k::gemm_parallel<T>(k::Trans::T, k::Trans::N, c.experts, c.hidden, n, T(1), dlogits, c.experts,
+                          st.u.data<T>(), c.hidden, T(1), dw_router, c.hidden);
+    k::gemm_parallel<T>(k::Trans::N, k::Trans::N, n, c.hidden, c.experts, T(1), dlogits, c.experts, w_router,
+                        c.hidden, T(1), du, c.hidden);
+    T* dx = nullptr;
+    if (args.grad_inputs[0].data != nullptr) {
+      expect_tensor(args.grad_inputs[0], dt, {batch, seq, c.hidden}, "grad input 0");
+      dx = data<T>(args.grad_inputs[0]);
+    }
+    T* dw_norm = grad_or_null<T>(args.param_grads, 0);
+    const T* w_norm = data<T>(args.params[0]);
+    if (c.rms_prenorm)
+      k::rmsnorm_backward<T>(n, c.hidden, du, st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx, dw_norm);
+    else
+      k::layernorm_backward<T>(n, c.hidden, du, st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx, dw_norm,
+                               grad_or_null<T>(args.param_grads, 1));
+  }
+
+  MoeConfig config_;
+  uint32_t layer_index_ = 0;
+  std::deque<std::string> names_;  // the specs' names point into it (a deque never moves them)
+  std::vector<plx_param_spec> specs_;
+  uint32_t router_index_ = 0, experts_index_ = 0, shared_index_ = 0;
+};
+
+}  // namespace
+
+const plx_component_desc* layer_component() {
+  static const plx_component_desc desc = plexus::sdk::layer_component<MoeLayer>(
+      kComponent,
+      "a mixture-of-experts MLP (Megatron-LM's MoELayer), F only: pre_mlp_layernorm, top-k router, "
+      "experts as grouped products over tokens sorted by expert; CPU, float32 and float64, ep = 1",
+      options_schema());
+  return &desc;
+}
+
+}  // namespace plexus::moe
