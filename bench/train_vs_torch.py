@@ -103,8 +103,11 @@ def plexus_step_seconds(args, workdir):
 
 # The PyTorch peers: (name, the python that runs it, mode). "debian" is Debian's python3-torch
 # (1.13, OpenBLAS), the test suite's reference; "eager" and "compile" are current PyTorch from
-# PyPI (MKL) in the venv scripts/bench-env.sh creates, eagerly and through torch.compile.
-PEERS = {"debian": ("/usr/bin/python3", "eager"), "eager": (None, "eager"), "compile": (None, "compile")}
+# PyPI (MKL) in the venv scripts/bench-env.sh creates, eagerly and through torch.compile; "this"
+# and "this-compile" are the torch of the python running this script (e.g. a CUDA build on a GPU
+# machine, scripts/gpu-check.sh).
+PEERS = {"debian": ("/usr/bin/python3", "eager"), "eager": (None, "eager"), "compile": (None, "compile"),
+         "this": (sys.executable, "eager"), "this-compile": (sys.executable, "compile")}
 
 
 def bench_python(args):
@@ -115,7 +118,7 @@ def available_peers(args):
     names = [p.strip() for p in args.peers.split(",") if p.strip()]
     for name in names:
         if name not in PEERS:
-            sys.exit(f"train_vs_torch: --peers: unknown peer '{name}' (expected debian, eager, compile)")
+            sys.exit(f"train_vs_torch: --peers: unknown peer '{name}' (expected one of {', '.join(PEERS)})")
     if not bench_python(args).exists():
         missing = [n for n in names if PEERS[n][0] is None]
         if missing:
@@ -161,7 +164,8 @@ def main():
     ap.add_argument("--set", action="append", default=[], help="config override, as plexus-train --set")
     ap.add_argument("--peers", default="debian,eager,compile",
                     help="PyTorch peers, comma-separated: debian (Debian's torch), eager and compile "
-                         "(PyPI torch from the venv of scripts/bench-env.sh)")
+                         "(PyPI torch from the venv of scripts/bench-env.sh), this and this-compile "
+                         "(the torch of the python running this script)")
     ap.add_argument("--bench-venv", type=pathlib.Path, default=ROOT / ".venv-bench",
                     help="the venv with PyPI's torch (scripts/bench-env.sh)")
     ap.add_argument("--json", type=pathlib.Path, help="also write the result here")

@@ -16,8 +16,8 @@
 #   train   a short training run on the GPU in float32 and in bf16 (run.precision), then the
 #           end-to-end cost of mHC (n=4, mhc_fused) over the plain residual on a GPU-sized model
 #           in both precisions (scripts/mhc_compare.py)
-#   peer    bench/train_vs_torch.py --device cuda: tokens/s against PyTorch eager, float32 and
-#           bf16 (torch.autocast)
+#   peer    bench/train_vs_torch.py --device cuda: tokens/s against PyTorch eager and
+#           torch.compile, float32 and bf16 (torch.autocast)
 # Stages after build use the build directory an earlier build stage left.
 #
 # Environment (all optional):
@@ -293,12 +293,13 @@ fi
 
 # ---- peer: throughput against PyTorch on the GPU ------------------------------------------------
 if wants peer; then
-  section "GPU throughput against PyTorch eager"
+  section "GPU throughput against PyTorch eager and torch.compile"
   if [ "$have_torch_cuda" -eq 1 ]; then
     for precision in fp32 bf16; do
       log="$logs/bench_$precision.log"
       if "$python" "$root/bench/train_vs_torch.py" --build "$build" --device cuda --precision "$precision" \
-        --repeats 3 --set "data.path=$data_path" --json "$logs/train_vs_torch_cuda_$precision.json" 2>&1 |
+        --peers this,this-compile --repeats 3 --set "data.path=$data_path" \
+        --json "$logs/train_vs_torch_cuda_$precision.json" 2>&1 |
         tee "$log"; then
         pass "GPU training throughput ($precision): $(grep '^ratio' "$log" | sed 's/^ratio //')"
       else
