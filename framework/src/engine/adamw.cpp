@@ -43,9 +43,11 @@ AdamW::AdamW(ParameterStore& params, OptimizerSettings settings)
 }
 
 double AdamW::step(int64_t step) {
-  std::vector<const Tensor*> grads;
-  for (std::size_t i = 0; i < params_->size(); ++i) grads.push_back(&(*params_)[i].grad);
-  const double sum_sq = device_ops::sum_of_squares(grads);
+  std::vector<const Tensor*> grads, divided;
+  for (std::size_t i = 0; i < params_->size(); ++i)
+    (divided_sum_ && (*params_)[i].grad_group != "dp" ? divided : grads).push_back(&(*params_)[i].grad);
+  double sum_sq = device_ops::sum_of_squares(grads);
+  if (divided_sum_) sum_sq += divided_sum_(divided.empty() ? 0.0 : device_ops::sum_of_squares(divided));
   const double norm = std::sqrt(sum_sq);
   const double clip =
       settings_.clip_grad > 0 && norm > settings_.clip_grad ? settings_.clip_grad / (norm + 1e-6) : 1.0;

@@ -35,6 +35,7 @@ std::size_t ParameterStore::declare(const plx_param_spec& spec, const std::strin
   param->init_a = spec.init_a;
   param->init_b = spec.init_b;
   param->declared_by = unit;
+  param->grad_group = spec.grad_group != nullptr && *spec.grad_group != '\0' ? spec.grad_group : "dp";
   param->value = Tensor(shape, spec.desc.dtype, device_);
   param->grad = Tensor(shape, spec.desc.dtype, device_);
   params_.push_back(std::move(param));

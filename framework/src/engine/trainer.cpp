@@ -25,15 +25,18 @@ std::string mib_text(double mib) {
   return text;
 }
 
-// The trainer's layers are not model-parallel: every group but dp must be a single rank.
-void require_data_parallel_only(const distributed::Runtime& runtime) {
-  for (const char* kind : {"tp", "cp", "pp", "ep", "expert_tp"}) {
+// The trainer's layers are not model-parallel: every group but dp and ep must be a single rank.
+// The ep ranks are data-parallel ranks of the dense part (each trains its own share of the
+// batch); only the MoE layers' experts are divided over them.
+void require_data_and_expert_parallel_only(const distributed::Runtime& runtime) {
+  for (const char* kind : {"tp", "cp", "pp", "expert_tp"}) {
     const distributed::Communicator* group = runtime.group(kind);
     if (group != nullptr && group->size() > 1)
       throw config::ConfigError("distributed.topology.options",
                                 "the " + std::string(kind) + " groups have " + std::to_string(group->size()) +
                                     " ranks, but the trainer's layers are not " + kind +
-                                    "-parallel: it runs data parallelism only (set tp, cp, ep and pp to 1)");
+                                    "-parallel: it runs data parallelism and expert parallelism only "
+                                    "(set tp, cp, pp and expert_tp to 1)");
   }
 }
 
@@ -82,14 +85,24 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   t.optimizer = std::make_unique<AdamW>(t.model->parameters(), OptimizerSettings::from_run_config(rc));
   t.runtime = runtime;
   if (runtime != nullptr) {
-    require_data_parallel_only(*runtime);
+    require_data_and_expert_parallel_only(*runtime);
     t.writer = runtime->rank() == 0;
     const distributed::Communicator& dp = runtime->data_parallel();
     t.dp_rank = dp.rank();
     t.dp_size = dp.size();
+    // The experts of an ep group are divided over its ranks: the gradient norm sums theirs over it.
+    if (const distributed::Communicator* ep = runtime->group("ep"); ep != nullptr && ep->size() > 1) {
+      t.experts_divided = true;
+      t.optimizer->set_divided_sum([ep](double local) {
+        Tensor scalar({1}, plx_dtype_f64());
+        *scalar.data<double>() = local;
+        ep->all_reduce(scalar.view(), distributed::ReduceOp::sum);
+        return *scalar.data<double>();
+      });
+    }
     if (t.dp_size > 1) {
       t.dp = &dp;
-      t.reducer = std::make_unique<GradientReducer>(t.model->parameters(), dp, runtime->settings().bucket_mb);
+      t.reducer = std::make_unique<GradientReducer>(t.model->parameters(), *runtime, runtime->settings().bucket_mb);
       t.model->set_gradient_ready_hook(
           [reducer = t.reducer.get()](std::size_t p) { reducer->parameter_ready(p); });
     }
@@ -136,10 +149,14 @@ double Trainer::Impl::evaluate() {
               Tensor({micro_batch_size, seq_length}, plx_dtype_i32())};
   // The validation batches are shared out over the data-parallel ranks and the sum gathered,
   // so the loss is that of all eval_iters batches whatever the number of ranks.
+  // With divided experts every rank runs the same number of rounds (a rank past the last batch
+  // evaluates one again, for the others' all-to-alls, and does not count it).
+  const int64_t rounds = experts_divided ? (eval_iters + dp_size - 1) / dp_size : 0;
   double sum = 0;
-  for (int64_t i = dp_rank; i < eval_iters; i += dp_size) {
-    data->validation_batch(static_cast<uint64_t>(i), batch);
-    sum += model->evaluate(batch);
+  for (int64_t round = 0, i = dp_rank; i < eval_iters || round < rounds; i += dp_size, ++round) {
+    data->validation_batch(static_cast<uint64_t>(i % eval_iters), batch);
+    const double loss = model->evaluate(batch);
+    if (i < eval_iters) sum += loss;
   }
   return over_ranks(sum, distributed::ReduceOp::sum) / static_cast<double>(eval_iters);
 }
@@ -221,7 +238,17 @@ TrainResult Trainer::run(const TrainerEvents& events) {
     const double val = t.evaluate();
     result.final_val_loss = val;
     t.write_metrics({{"event", "eval"}, {"step", step_done}, {"val_loss", val}}, events);
-    if (!t.writer) return;
+    if (!t.writer) {
+      // The writer's sample runs the model: with divided experts the other ranks join its forwards.
+      if (t.experts_divided && t.sample_tokens > 0) {
+        try {
+          t.sample(step_done);
+        } catch (const std::exception&) {
+          // the writer reports it
+        }
+      }
+      return;
+    }
     std::string text = "eval at step " + std::to_string(step_done) + ": val_loss " + std::to_string(val);
     if (t.sample_tokens > 0) {
       // A sample is there to be read: if it fails, the run goes on to its checkpoint.

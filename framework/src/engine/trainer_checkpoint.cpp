@@ -48,6 +48,49 @@ checkpoint::TensorData tensor_data(const std::string& name, const Tensor& t, che
   return tensor_data(checkpoint::stored_form(name, t.shape(), style), t, staged);
 }
 
+// A tensor every rank of a group holds a different one of (of the same shape): an MoE layer's
+// experts under expert parallelism.
+struct NamedTensor {
+  std::string name;
+  Tensor value;
+};
+
+// Every rank's name of the group, in group-rank order, on every rank (as fixed-size records).
+std::vector<std::string> gather_names(const distributed::Communicator& group, const std::string& name) {
+  constexpr int64_t kNameBytes = 512;
+  if (static_cast<int64_t>(name.size()) >= kNameBytes)
+    throw std::runtime_error("parameter name " + name + " is too long to gather for a checkpoint (limit " +
+                             std::to_string(kNameBytes - 1) + " bytes)");
+  const DLDataType bytes_type{kDLUInt, 8, 1};
+  const int64_t n = group.size();
+  Tensor my_name({kNameBytes}, bytes_type);
+  std::memset(my_name.raw(), 0, static_cast<std::size_t>(kNameBytes));
+  std::memcpy(my_name.raw(), name.data(), name.size());
+  Tensor names({n * kNameBytes}, bytes_type);
+  group.all_gather(my_name.view(), names.view());
+  std::vector<std::string> out;
+  for (int64_t r = 0; r < n; ++r) out.emplace_back(static_cast<const char*>(names.raw()) + r * kNameBytes);
+  return out;
+}
+
+// Every rank's (name, value) of the group, in group-rank order, on every rank.
+std::vector<NamedTensor> gather_named(const distributed::Communicator& group, const std::string& name,
+                                      const Tensor& value) {
+  const std::vector<std::string> names = gather_names(group, name);
+  const int64_t n = group.size();
+  const Tensor host = value.device().device_type == kDLCPU ? Tensor() : value.to(DLDevice{kDLCPU, 0});
+  const Tensor& mine = value.device().device_type == kDLCPU ? value : host;
+  Tensor values({n * mine.numel()}, mine.dtype());
+  group.all_gather(mine.view(), values.view());
+  std::vector<NamedTensor> out;
+  for (int64_t r = 0; r < n; ++r) {
+    NamedTensor& t = out.emplace_back(NamedTensor{names[static_cast<std::size_t>(r)], Tensor(mine.shape(), mine.dtype())});
+    std::memcpy(t.value.raw(), static_cast<const std::byte*>(values.raw()) + r * static_cast<int64_t>(mine.bytes()),
+                mine.bytes());
+  }
+  return out;
+}
+
 void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file,
                const checkpoint::StoredTensor& stored) {
   const auto view = file.tensor(stored.name);  // shapes were checked first
@@ -63,16 +106,23 @@ void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file,
 
 // Where each of `tensors` is in `file` (either spelling, either layout of phi), checked against
 // what the model expects; the tensors in phi's earlier layout are added to `earlier`.
+// `elsewhere`: tensors the file holds that other ranks load (the experts of the rest of the ep
+// group), expected in the file but not read here.
 std::vector<checkpoint::StoredTensor> locate_all(const checkpoint::SafetensorsFile& file,
                                                  const std::vector<std::pair<std::string, Tensor*>>& tensors,
                                                  checkpoint::NameStyle style,
-                                                 std::vector<std::string>& earlier) {
+                                                 std::vector<std::string>& earlier,
+                                                 const std::vector<std::pair<std::string, const Tensor*>>& elsewhere) {
   std::vector<checkpoint::StoredTensor> found;
   std::vector<checkpoint::ExpectedTensor> expected;
   for (const auto& [name, tensor] : tensors) {
     found.push_back(checkpoint::locate(file, name, tensor->shape(), style));
     expected.push_back({found.back().name, found.back().shape, checkpoint::DType::f32});
     if (found.back().earlier_layout) earlier.push_back(found.back().name);
+  }
+  for (const auto& [name, tensor] : elsewhere) {
+    const checkpoint::StoredTensor other = checkpoint::locate(file, name, tensor->shape(), style);
+    expected.push_back({other.name, other.shape, checkpoint::DType::f32});
   }
   checkpoint::expect_tensors_match(file, expected);
   return found;
@@ -97,19 +147,48 @@ void report_earlier_layout(const std::filesystem::path& dir, const std::vector<s
 
 std::filesystem::path Trainer::Impl::save_checkpoint(int64_t steps_done) {
   const std::filesystem::path root = output_dir / "checkpoints";
+  // Under expert parallelism a rank holds only its experts (the parameters whose gradients go
+  // over a group other than dp): rank 0 gathers them from its "ep" group, which holds every
+  // expert, so the file has each under its global name, whatever the ep size that reads it.
+  ParameterStore& params = model->parameters();
+  const distributed::Communicator* ep = runtime != nullptr ? runtime->group("ep") : nullptr;
+  const bool gather = ep != nullptr && ep->size() > 1;
+  const auto expert_parallel = [&](std::size_t i) { return gather && params[i].grad_group != "dp"; };
+  std::deque<NamedTensor> gathered;
+  std::vector<std::size_t> gathered_from(params.size(), 0);  // index into gathered of param i's first rank
+  const auto moments = optimizer->state_tensors();            // two per parameter, in parameter order
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!expert_parallel(i)) continue;
+    gathered_from[i] = gathered.size();
+    const std::pair<const std::string*, const Tensor*> parts[] = {{&params[i].name, &params[i].value},
+                                                                   {&moments[2 * i].first, moments[2 * i].second},
+                                                                   {&moments[2 * i + 1].first, moments[2 * i + 1].second}};
+    for (const auto& [name, tensor] : parts)
+      for (NamedTensor& g : gather_named(*ep, *name, *tensor)) gathered.push_back(std::move(g));
+  }
   if (!writer) {
     // Rank 0 writes; the others wait so that no rank runs ahead of a checkpoint that fails.
     barrier();
     return root / checkpoint::checkpoint_dir_name(steps_done);
   }
   std::vector<checkpoint::TensorData> model_tensors;
-  std::deque<Tensor> staged;  // host copies of device tensors, alive (and unmoved) until written
-  ParameterStore& params = model->parameters();
-  for (std::size_t i = 0; i < params.size(); ++i)
-    model_tensors.push_back(tensor_data(params[i].name, params[i].value, checkpoint_names, staged));
   std::vector<checkpoint::TensorData> optimizer_tensors;
-  for (const auto& [name, tensor] : optimizer->state_tensors())
-    optimizer_tensors.push_back(tensor_data(name, *tensor, checkpoint_names, staged));
+  std::deque<Tensor> staged;  // host copies of device tensors, alive (and unmoved) until written
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!expert_parallel(i)) {
+      model_tensors.push_back(tensor_data(params[i].name, params[i].value, checkpoint_names, staged));
+      for (std::size_t m = 2 * i; m < 2 * i + 2; ++m)
+        optimizer_tensors.push_back(tensor_data(moments[m].first, *moments[m].second, checkpoint_names, staged));
+      continue;
+    }
+    const auto ranks = static_cast<std::size_t>(ep->size());
+    for (std::size_t part = 0; part < 3; ++part)
+      for (std::size_t r = 0; r < ranks; ++r) {
+        const NamedTensor& g = gathered[gathered_from[i] + part * ranks + r];
+        (part == 0 ? model_tensors : optimizer_tensors)
+            .push_back(tensor_data(g.name, g.value, checkpoint_names, staged));
+      }
+  }
   const boost::json::object state{{"format", "plexus-checkpoint-1"},
                                   {"step", steps_done},
                                   {"data_position", steps_done * dp_size * microbatches * micro_batch_size},
@@ -217,8 +296,23 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
   const auto moments = optimizer->state_tensors();
   std::vector<std::string> earlier_parameters;
   std::vector<std::string> earlier_moments;
-  const auto stored_parameters = locate_all(loaded.model, parameters, checkpoint_names, earlier_parameters);
-  const auto stored_moments = locate_all(loaded.optimizer, moments, checkpoint_names, earlier_moments);
+  // Under expert parallelism the file holds every expert; this rank loads its own and expects the
+  // others' (named by the ranks of its ep group) to be there too.
+  std::vector<std::pair<std::string, const Tensor*>> other_parameters, other_moments;
+  if (const distributed::Communicator* ep = runtime != nullptr ? runtime->group("ep") : nullptr;
+      ep != nullptr && ep->size() > 1) {
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (params[i].grad_group == "dp") continue;
+      for (const std::string& name : gather_names(*ep, params[i].name))
+        if (name != params[i].name) other_parameters.emplace_back(name, &params[i].value);
+      for (std::size_t m = 2 * i; m < 2 * i + 2; ++m)
+        for (const std::string& name : gather_names(*ep, moments[m].first))
+          if (name != moments[m].first) other_moments.emplace_back(name, moments[m].second);
+    }
+  }
+  const auto stored_parameters =
+      locate_all(loaded.model, parameters, checkpoint_names, earlier_parameters, other_parameters);
+  const auto stored_moments = locate_all(loaded.optimizer, moments, checkpoint_names, earlier_moments, other_moments);
   for (std::size_t i = 0; i < parameters.size(); ++i)
     copy_into(*parameters[i].second, loaded.model, stored_parameters[i]);
   for (std::size_t i = 0; i < moments.size(); ++i)

@@ -41,6 +41,9 @@ struct Trainer::Impl {
   const distributed::Runtime* runtime = nullptr;
   const distributed::Communicator* dp = nullptr;  // nullptr: a single data-parallel rank
   int64_t dp_rank = 0, dp_size = 1;
+  // MoE experts divided over an ep group of more than one rank: every forward is collective over
+  // it, so each rank runs the same forwards (evaluation rounds, the sample) as the others.
+  bool experts_divided = false;
   bool writer = true;  // world rank 0: metrics, progress, samples, checkpoints
   std::unique_ptr<GradientReducer> reducer;
   std::unique_ptr<StepProfile> profile;  // train.profile; nullptr when off

@@ -48,18 +48,6 @@ double coefficient(const plexus::sdk::Host& host, plx_config options, const char
   return v;
 }
 
-// The expert-parallel size this rank runs with: the size of the topology's "ep" group, 1 where
-// the host has none (a single process, or a topology without expert parallelism).
-int32_t expert_parallel_size(const plexus::sdk::Host& host) {
-  const plx_host_api* api = host.api();
-  if (api->group_get == nullptr || api->group_rank == nullptr) return 1;
-  plx_group group = nullptr;
-  if (api->group_get(api->ctx, "ep", &group) != PLX_OK || group == nullptr) return 1;
-  int32_t rank = 0, size = 1;
-  if (api->group_rank(api->ctx, group, &rank, &size) != PLX_OK) return 1;
-  return size;
-}
-
 }  // namespace
 
 MoeConfig MoeConfig::read(const plexus::sdk::Host& host, plx_config options, plx_config model,
@@ -160,13 +148,6 @@ MoeConfig MoeConfig::read(const plexus::sdk::Host& host, plx_config options, plx
   }
   c.aux_loss_coeff = coefficient(host, options, "moe_aux_loss_coeff");
   c.z_loss_coeff = coefficient(host, options, "moe_z_loss_coeff");
-
-  const int32_t ep = expert_parallel_size(host);
-  if (ep > 1)
-    throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) + ": expert parallelism (an \"ep\" group of " +
-                                         std::to_string(ep) +
-                                         " ranks) is not built yet; this layer runs every expert on one rank "
-                                         "(ep = 1)");
   return c;
 }
 

@@ -1,6 +1,6 @@
 // What moe.layer reads and checks when it is created: its own options (Megatron-LM's names and
-// defaults), the model section's keys it shares with the dense MLP, and the run's expert-parallel
-// size (only 1 is built).
+// defaults) and the model section's keys it shares with the dense MLP (the expert-parallel group
+// is found in expert_exchange.hpp).
 #pragma once
 
 #include <cstdint>

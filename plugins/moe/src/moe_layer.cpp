@@ -1,11 +1,19 @@
 // moe.layer, F only: f = unpermute(experts(permute(norm(x))), router probabilities) (+ the shared
-// experts' output), in three compute stages, forward 0 -> 2 and backward 2 -> 0:
-//   0 "route"      pre_mlp_layernorm, router (logits, top-k, probabilities, aux losses), the
-//                  capacity's drops, permute
-//   1 "experts"    the grouped expert MLPs over the permuted rows, and the shared experts
-//   2 "unpermute"  each token's k expert outputs weighted by its probabilities and summed
-// Expert parallelism will put its dispatch and combine all-to-alls (communication stages) between
-// them; everything a later stage needs lives in the per-microbatch state.
+// experts' output). With every expert on this rank (ep = 1), three compute stages, forward in
+// order and backward in reverse:
+//   "route"      pre_mlp_layernorm, router (logits, top-k, probabilities, aux losses), the
+//                capacity's drops, permute
+//   "experts"    the grouped expert MLPs over the permuted rows, and the shared experts
+//   "unpermute"  each token's k expert outputs weighted by its probabilities and summed
+// With an "ep" group of more than one rank, two communication stages go between them:
+//   "dispatch"   forward: exchanges the rows per expert (blocking, ep x E/ep integers), then
+//                STARTS the all-to-all of the permuted rows to their experts' ranks;
+//                backward: starts the all-to-all of the experts' input gradients back
+//   "combine"    forward: starts the all-to-all of the experts' outputs back to the rows' ranks;
+//                backward: starts the all-to-all of the output gradients to the experts' ranks
+// and the next compute stage of the same microbatch waits for what the comm stage started, so
+// a scheduler can run another microbatch's compute in between (the comm backend progresses the
+// transfer on its own). Everything a later stage needs lives in the per-microbatch state.
 #include "moe_layer.hpp"
 
 #include <deque>
@@ -16,6 +24,7 @@
 #include "capacity.hpp"
 #include "checks.hpp"
 #include "config.hpp"
+#include "expert_exchange.hpp"
 #include "experts.hpp"
 #include "permutation.hpp"
 #include "plexus/cpp/host.hpp"
@@ -32,16 +41,29 @@ namespace {
 using plexus::sdk::Error;
 namespace k = plexus::kernels;
 
-enum Stage : uint32_t { kRoute = 0, kExperts = 1, kUnpermute = 2, kStages = 3 };
-constexpr const char* kStageNames[kStages] = {"route", "experts", "unpermute"};
+// The steps of the layer; a rank without expert parallelism has no dispatch and combine stages.
+enum Step : uint32_t { kRoute, kDispatch, kExperts, kCombine, kUnpermute };
+constexpr const char* kStepNames[] = {"route", "dispatch", "experts", "combine", "unpermute"};
 
 std::size_t sz(int64_t v) { return static_cast<std::size_t>(v); }
+// Room for n elements, never a null pointer (an empty side of an all-to-all still passes one).
+std::size_t at_least_one(int64_t n) { return n > 0 ? sz(n) : 1; }
 
 class MoeState : public plexus::sdk::LayerState {
  public:
+  explicit MoeState(uint32_t stages) : next_backward(stages - 1) {}
+  MoeState(const MoeState&) = delete;
+  MoeState& operator=(const MoeState&) = delete;
+  // A transfer still in flight writes into this state's buffers: complete it before they go.
+  ~MoeState() override {
+    if (pending == nullptr) return;
+    const plx_host_api* api = plexus::sdk::Host::current().api();
+    api->request_wait(api->ctx, pending);
+  }
+
   uint32_t next_forward = 0;   // the forward stage expected next
   bool saved = false;          // a complete training forward is held
-  uint32_t next_backward = kUnpermute;
+  uint32_t next_backward;
   Precision precision = Precision::f32;
   int64_t batch = 0, seq = 0;
   k::Buffer xhat, rstd, u;  // the pre-norm: its normalized rows and output
@@ -53,6 +75,15 @@ class MoeState : public plexus::sdk::LayerState {
   k::Buffer x_perm, y_perm;
   ExpertsSaved experts;
   k::Buffer dy_perm, dprobs, dx_perm;  // between backward stages
+
+  // Expert parallelism: who sends what where, the rows arrived from the ep ranks (source-major)
+  // and regrouped by local expert (expert-major), the experts' outputs going back; backward the
+  // same for the gradients. `pending` is the all-to-all a comm stage started, waited for by the
+  // next compute stage.
+  ExchangeLayout layout;
+  k::Buffer x_recv, x_local, y_local, y_send;
+  k::Buffer dy_recv, dy_local, dx_local, dx_send;
+  plx_request pending = nullptr;
 };
 
 // The device first (a CUDA layer is refused before its options are looked at), then the options.
@@ -70,18 +101,29 @@ MoeConfig read_config(const plx_layer_create_args& args) {
 
 class MoeLayer final : public plexus::sdk::Layer {
  public:
-  explicit MoeLayer(const plx_layer_create_args& args) : config_(read_config(args)), layer_index_(args.layer_index) {
+  explicit MoeLayer(const plx_layer_create_args& args)
+      : config_(read_config(args)),
+        layer_index_(args.layer_index),
+        ep_(ExpertGroup::find(*plexus::sdk::Host::current().api(), config_.experts)) {
     const MoeConfig& c = config_;
+    steps_ = ep_.parallel() ? std::vector<Step>{kRoute, kDispatch, kExperts, kCombine, kUnpermute}
+                            : std::vector<Step>{kRoute, kExperts, kUnpermute};
     add("pre_mlp_layernorm.weight", {c.hidden}, PLX_INIT_ONES, 0, PLX_PARAM_NO_WEIGHT_DECAY);
     if (!c.rms_prenorm) add("pre_mlp_layernorm.bias", {c.hidden}, PLX_INIT_ZEROS, 0, PLX_PARAM_NO_WEIGHT_DECAY);
     router_index_ = static_cast<uint32_t>(specs_.size());
     add("mlp.router.weight", {c.experts, c.hidden}, PLX_INIT_NORMAL, c.init_std, 0);
     experts_index_ = static_cast<uint32_t>(specs_.size());
-    // Megatron's SequentialMLP (the local spec) names: the global expert index i.
-    for (int64_t e = 0; e < c.experts; ++e) {
+    // Megatron's SequentialMLP (the local spec) names with the global expert index i; only this
+    // rank's experts exist here. Their gradients hold every ep rank's tokens, so they are averaged
+    // over expert_dp (the ranks holding the same experts), not over dp.
+    for (int64_t e = ep_.first_expert; e < ep_.first_expert + ep_.local_experts; ++e) {
       const std::string prefix = "mlp.experts.local_experts." + std::to_string(e) + ".";
       add(prefix + "linear_fc1.weight", {c.fc1_rows(), c.hidden}, PLX_INIT_NORMAL, c.init_std, 0);
       add(prefix + "linear_fc2.weight", {c.hidden, c.ffn}, PLX_INIT_NORMAL, c.output_init_std, 0);
+      if (ep_.parallel()) {
+        specs_[specs_.size() - 2].grad_group = kExpertGradGroup;
+        specs_.back().grad_group = kExpertGradGroup;
+      }
     }
     // Megatron's SharedExpertMLP names: one MLP of moe_shared_expert_intermediate_size.
     if (c.shared_ffn > 0) {
@@ -96,7 +138,7 @@ class MoeLayer final : public plexus::sdk::Layer {
     plx_layer_info i{};
     i.struct_size = sizeof(i);
     i.num_params = static_cast<uint32_t>(specs_.size());
-    i.num_stages = kStages;
+    i.num_stages = static_cast<uint32_t>(steps_.size());
     i.num_inputs = 1;
     i.num_outputs = 1;
     return i;
@@ -113,8 +155,9 @@ class MoeLayer final : public plexus::sdk::Layer {
     expect_stage(index);
     plx_stage_info s{};
     s.struct_size = sizeof(s);
-    s.kind = PLX_STAGE_COMPUTE;
-    s.name = kStageNames[index];
+    const Step step = steps_[index];
+    s.kind = step == kDispatch || step == kCombine ? PLX_STAGE_COMM : PLX_STAGE_COMPUTE;
+    s.name = kStepNames[step];
     return s;
   }
 
@@ -126,7 +169,7 @@ class MoeLayer final : public plexus::sdk::Layer {
   }
 
   std::unique_ptr<plexus::sdk::LayerState> create_state(uint32_t /*microbatch*/) override {
-    return std::make_unique<MoeState>();
+    return std::make_unique<MoeState>(static_cast<uint32_t>(steps_.size()));
   }
 
   void forward(plexus::sdk::LayerState& state, uint32_t stage, const plx_forward_args& args) override {
@@ -136,10 +179,10 @@ class MoeLayer final : public plexus::sdk::Layer {
       throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": forward stage " + std::to_string(stage) +
                                                 " called before stage " + std::to_string(st.next_forward));
     if (precision_of(args.inputs[0].dtype, "input 0 (hidden states)") == Precision::f32)
-      run_forward<float>(st, stage, args);
+      run_forward<float>(st, steps_[stage], args);
     else
-      run_forward<double>(st, stage, args);
-    st.next_forward = (stage + 1) % kStages;
+      run_forward<double>(st, steps_[stage], args);
+    st.next_forward = (stage + 1) % static_cast<uint32_t>(steps_.size());
   }
 
   void backward(plexus::sdk::LayerState& state, uint32_t stage, const plx_backward_args& args) override {
@@ -152,10 +195,10 @@ class MoeLayer final : public plexus::sdk::Layer {
       throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": backward stage " + std::to_string(stage) +
                                                 " called before stage " + std::to_string(st.next_backward));
     if (precision_of(args.grad_outputs[0].dtype, "grad output 0") == Precision::f32)
-      run_backward<float>(st, stage, args);
+      run_backward<float>(st, steps_[stage], args);
     else
-      run_backward<double>(st, stage, args);
-    st.next_backward = stage == 0 ? kUnpermute : stage - 1;
+      run_backward<double>(st, steps_[stage], args);
+    st.next_backward = stage == 0 ? static_cast<uint32_t>(steps_.size()) - 1 : stage - 1;
   }
 
   // The matrix products as run, 2 FLOPs per multiply-add: the router ([N, C] x [C, E]) and, for
@@ -181,9 +224,9 @@ class MoeLayer final : public plexus::sdk::Layer {
     specs_.push_back(p);
   }
 
-  static void expect_stage(uint32_t stage) {
-    if (stage >= kStages)
-      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + " has " + std::to_string(kStages) +
+  void expect_stage(uint32_t stage) const {
+    if (stage >= steps_.size())
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + " has " + std::to_string(steps_.size()) +
                                                 " stages; no stage " + std::to_string(stage));
   }
   static void expect_counts(const char* what, uint32_t num_inputs, uint32_t num_outputs) {
@@ -224,7 +267,7 @@ class MoeLayer final : public plexus::sdk::Layer {
   template <class T>
   ExpertWeights<T> expert_weights(const DLTensor* p) const {
     ExpertWeights<T> w;
-    for (int64_t e = 0; e < config_.experts; ++e) {
+    for (int64_t e = 0; e < ep_.local_experts; ++e) {
       w.fc1.push_back(data<T>(p[experts_index_ + 2 * e]));
       w.fc2.push_back(data<T>(p[experts_index_ + 2 * e + 1]));
     }
@@ -252,7 +295,7 @@ class MoeLayer final : public plexus::sdk::Layer {
   }
 
   template <class T>
-  void run_forward(MoeState& st, uint32_t stage, const plx_forward_args& args) {
+  void run_forward(MoeState& st, Step stage, const plx_forward_args& args) {
     const MoeConfig& c = config_;
     const DLDataType dt = dtype_of(precision_v<T>);
     int64_t batch = 0, seq = 0;
@@ -286,14 +329,44 @@ class MoeLayer final : public plexus::sdk::Layer {
       return;
     }
     expect_same_call(st, batch, seq);
+    const plx_host_api& host = *plexus::sdk::Host::current().api();
+    const int64_t rows = st.perm.rows();
+    if (stage == kDispatch) {
+      st.layout = ExchangeLayout::build(ep_, st.perm.offsets, exchange_counts(host, ep_, st.perm.offsets, args.comm_stream));
+      T* x_recv = st.x_recv.get<T>(at_least_one(st.layout.received() * c.hidden));
+      st.x_perm.get<T>(at_least_one(rows * c.hidden));
+      st.pending = start_rows_exchange<T>(host, ep_, st.x_perm.data<T>(), st.layout.send_rows, st.layout.send_offsets,
+                                          x_recv, st.layout.recv_rows, st.layout.recv_offsets, c.hidden,
+                                          args.comm_stream);
+      return;
+    }
+    if (stage == kCombine) {
+      T* y_perm = st.y_perm.get<T>(at_least_one(rows * c.hidden));
+      st.pending = start_rows_exchange<T>(host, ep_, st.y_send.data<T>(), st.layout.recv_rows, st.layout.recv_offsets,
+                                          y_perm, st.layout.send_rows, st.layout.send_offsets, c.hidden,
+                                          args.comm_stream);
+      return;
+    }
     if (stage == kExperts) {
-      experts_forward<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params), st.x_perm.data<T>(),
-                         st.experts, st.y_perm.get<T>(sz(st.perm.rows() * c.hidden)));
+      if (ep_.parallel()) {
+        wait_exchange(host, st.pending);
+        const int64_t received = st.layout.received();
+        T* x_local = st.x_local.get<T>(at_least_one(received * c.hidden));
+        to_expert_major<T>(st.layout, c.hidden, st.x_recv.data<T>(), x_local);
+        T* y_local = st.y_local.get<T>(at_least_one(received * c.hidden));
+        experts_forward<T>(expert_shape(), st.layout.expert_offsets, expert_weights<T>(args.params), x_local,
+                           st.experts, y_local);
+        to_source_major<T>(st.layout, c.hidden, y_local, st.y_send.get<T>(at_least_one(received * c.hidden)));
+      } else {
+        experts_forward<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params), st.x_perm.data<T>(),
+                           st.experts, st.y_perm.get<T>(sz(rows * c.hidden)));
+      }
       if (c.shared_ffn > 0)
         experts_forward<T>(shared_shape(), {0, n}, shared_weights<T>(args.params), st.u.data<T>(), st.shared,
                            st.shared_y.get<T>(sz(n * c.hidden)));
       return;
     }
+    wait_exchange(host, st.pending);
     T* out = data<T>(args.outputs[0]);
     unpermute_forward<T>(st.perm, c.hidden, st.y_perm.data<T>(), st.router.probs.data<T>(), out);
     if (c.shared_ffn > 0) {
@@ -301,7 +374,7 @@ class MoeLayer final : public plexus::sdk::Layer {
       for (int64_t i = 0; i < n * c.hidden; ++i) out[i] += shared[i];
     }
     st.saved = (args.flags & PLX_FORWARD_TRAINING) != 0;
-    st.next_backward = kUnpermute;
+    st.next_backward = static_cast<uint32_t>(steps_.size()) - 1;
   }
 
   void expect_same_call(const MoeState& st, int64_t batch, int64_t seq) const {
@@ -313,7 +386,7 @@ class MoeLayer final : public plexus::sdk::Layer {
   }
 
   template <class T>
-  void run_backward(MoeState& st, uint32_t stage, const plx_backward_args& args) {
+  void run_backward(MoeState& st, Step stage, const plx_backward_args& args) {
     const MoeConfig& c = config_;
     const DLDataType dt = dtype_of(precision_v<T>);
     int64_t batch = 0, seq = 0;
@@ -325,20 +398,46 @@ class MoeLayer final : public plexus::sdk::Layer {
     expect_same_call(st, batch, seq);
     expect_params(args.params, args.param_grads, dt);
     const int64_t n = batch * seq, rows = st.perm.rows();
+    const plx_host_api& host = *plexus::sdk::Host::current().api();
+    if (stage == kCombine) {  // the output gradients to the experts' ranks
+      T* dy_recv = st.dy_recv.get<T>(at_least_one(st.layout.received() * c.hidden));
+      st.pending = start_rows_exchange<T>(host, ep_, st.dy_perm.data<T>(), st.layout.send_rows,
+                                          st.layout.send_offsets, dy_recv, st.layout.recv_rows,
+                                          st.layout.recv_offsets, c.hidden, args.comm_stream);
+      return;
+    }
+    if (stage == kDispatch) {  // the experts' input gradients back to the rows' ranks
+      T* dx_perm = st.dx_perm.get<T>(at_least_one(rows * c.hidden));
+      st.pending = start_rows_exchange<T>(host, ep_, st.dx_send.data<T>(), st.layout.recv_rows,
+                                          st.layout.recv_offsets, dx_perm, st.layout.send_rows,
+                                          st.layout.send_offsets, c.hidden, args.comm_stream);
+      return;
+    }
     if (stage == kUnpermute) {
       unpermute_backward<T>(st.perm, c.hidden, data<T>(args.grad_outputs[0]), st.y_perm.data<T>(),
-                            st.router.probs.data<T>(), st.dy_perm.get<T>(sz(rows * c.hidden)),
+                            st.router.probs.data<T>(), st.dy_perm.get<T>(at_least_one(rows * c.hidden)),
                             st.dprobs.get<T>(sz(n * c.topk)));
       return;
     }
     if (stage == kExperts) {
       ExpertGrads<T> g;
-      for (int64_t e = 0; e < c.experts; ++e) {
+      for (int64_t e = 0; e < ep_.local_experts; ++e) {
         g.fc1.push_back(grad_or_null<T>(args.param_grads, experts_index_ + 2 * sz(e)));
         g.fc2.push_back(grad_or_null<T>(args.param_grads, experts_index_ + 2 * sz(e) + 1));
       }
-      experts_backward<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params), g, st.experts,
-                          st.x_perm.data<T>(), st.dy_perm.data<T>(), st.dx_perm.get<T>(sz(rows * c.hidden)));
+      if (ep_.parallel()) {
+        wait_exchange(host, st.pending);
+        const int64_t received = st.layout.received();
+        T* dy_local = st.dy_local.get<T>(at_least_one(received * c.hidden));
+        to_expert_major<T>(st.layout, c.hidden, st.dy_recv.data<T>(), dy_local);
+        T* dx_local = st.dx_local.get<T>(at_least_one(received * c.hidden));
+        experts_backward<T>(expert_shape(), st.layout.expert_offsets, expert_weights<T>(args.params), g,
+                            st.experts, st.x_local.data<T>(), dy_local, dx_local);
+        to_source_major<T>(st.layout, c.hidden, dx_local, st.dx_send.get<T>(at_least_one(received * c.hidden)));
+      } else {
+        experts_backward<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params), g, st.experts,
+                            st.x_perm.data<T>(), st.dy_perm.data<T>(), st.dx_perm.get<T>(sz(rows * c.hidden)));
+      }
       if (c.shared_ffn > 0) {
         ExpertGrads<T> sg;
         sg.fc1.push_back(grad_or_null<T>(args.param_grads, shared_index_));
@@ -350,6 +449,7 @@ class MoeLayer final : public plexus::sdk::Layer {
     }
     // Route: du = (the experts' input gradient, un-permuted) + dlogits Wr; dWr += dlogits^T u;
     // then the pre-norm.
+    wait_exchange(host, st.pending);
     k::Buffer du_buf, dlogits_buf;
     T* du = du_buf.get<T>(sz(n * c.hidden));
     permute_backward<T>(st.perm, c.hidden, st.dx_perm.data<T>(), du);
@@ -379,8 +479,12 @@ class MoeLayer final : public plexus::sdk::Layer {
                                grad_or_null<T>(args.param_grads, 1));
   }
 
+  static constexpr const char* kExpertGradGroup = "expert_dp";
+
   MoeConfig config_;
   uint32_t layer_index_ = 0;
+  ExpertGroup ep_;           // this rank's experts: all of them without an ep group
+  std::vector<Step> steps_;  // stage index -> step
   std::deque<std::string> names_;  // the specs' names point into it (a deque never moves them)
   std::vector<plx_param_spec> specs_;
   uint32_t router_index_ = 0, experts_index_ = 0, shared_index_ = 0;
@@ -392,7 +496,8 @@ const plx_component_desc* layer_component() {
   static const plx_component_desc desc = plexus::sdk::layer_component<MoeLayer>(
       kComponent,
       "a mixture-of-experts MLP (Megatron-LM's MoELayer), F only: pre_mlp_layernorm, top-k router, "
-      "experts as grouped products over tokens sorted by expert; CPU, float32 and float64, ep = 1",
+      "experts as grouped products over tokens sorted by expert, expert-parallel over the \"ep\" group "
+      "(dispatch and combine all-to-alls as comm stages); CPU, float32 and float64",
       options_schema());
   return &desc;
 }

@@ -4,6 +4,7 @@
 
 #include <boost/json/value.hpp>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,11 @@ class AdamW {
   // clipping. `step` is 0-based; the bias correction uses step + 1.
   double step(int64_t step);
   double last_lr() const noexcept { return last_lr_; }
+  // Under expert parallelism each rank holds only its experts (the parameters whose grad_group
+  // is not "dp"): the global norm adds their squared norm summed over the ranks that hold the
+  // other experts, which this function returns for this rank's part. Unset: every parameter is
+  // on every rank.
+  void set_divided_sum(std::function<double(double)> sum_over_holders) { divided_sum_ = std::move(sum_over_holders); }
   // Optimizer state for checkpoints: "<param>.exp_avg" / "<param>.exp_avg_sq".
   std::vector<std::pair<std::string, Tensor*>> state_tensors();
 
@@ -46,6 +52,7 @@ class AdamW {
   std::vector<Tensor> exp_avg_;
   std::vector<Tensor> exp_avg_sq_;
   double last_lr_ = 0;
+  std::function<double(double)> divided_sum_;
 };
 
 }  // namespace plexus

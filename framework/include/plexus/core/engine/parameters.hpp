@@ -21,6 +21,7 @@ struct Parameter {
   double init_a = 0;
   double init_b = 0;
   std::string declared_by;  // the unit that declared it first (for messages)
+  std::string grad_group;   // the group its gradient is averaged over (plx_param_spec.grad_group; "dp")
   Tensor value;
   Tensor grad;
   bool decays() const noexcept { return (flags & PLX_PARAM_NO_WEIGHT_DECAY) == 0; }
