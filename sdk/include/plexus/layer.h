@@ -61,7 +61,11 @@ typedef struct plx_param_spec {
   uint32_t reserved;
   double init_a;
   double init_b;
-  const char* grad_group;   /* group its gradient is averaged over; NULL means "dp" */
+  /* The group its gradient is reduced over; NULL means "dp". The engine sums it over the group
+   * and divides by the dp size: the average for "dp"; for a group of fewer ranks (an MoE expert
+   * over "expert_dp"), whose gradient already holds the data of the other ranks that sent it
+   * tokens, the same mean over the data-parallel ranks. */
+  const char* grad_group;
 } plx_param_spec;
 
 /* Layer flags (plx_layer_info.flags). */
