@@ -121,7 +121,11 @@ BOOST_AUTO_TEST_CASE(ep_2_and_ep_4_match_one_process_with_as_many_microbatches) 
         BOOST_TEST(saved.optimizer.contains(name + ".exp_avg"), name);
       }
     const auto ref = plexus::checkpoint::load_checkpoint(one / "checkpoints" / "step_00000010");
-    BOOST_TEST(worst_difference(ref.optimizer, saved.optimizer) <= 1e-4);
+    // The Adam moments carry the same reordered sums as the weights (measured 4.2e-7 for ep = 2
+    // and 4), so they are held to the same bound.
+    const double moments = worst_difference(ref.optimizer, saved.optimizer);
+    BOOST_TEST_MESSAGE("ep = " << n << ": worst relative Adam moment difference " << moments);
+    BOOST_TEST(moments <= kRelative);
   }
 }
 
