@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "plexus/cpp/tensor.hpp"
 #include "plexus/layer.h"
 
 namespace plexus::mamba {
@@ -19,7 +20,6 @@ inline DLDataType dtype_of(Precision p) {
 template <class T>
 constexpr Precision precision_v = sizeof(T) == 4 ? Precision::f32 : Precision::f64;
 
-std::string shape_string(const int64_t* dims, int64_t ndim);
 
 // float32 or float64, else an Error naming `what` and the dtype it has.
 Precision precision_of(DLDataType dtype, const std::string& what);
@@ -27,12 +27,9 @@ Precision precision_of(DLDataType dtype, const std::string& what);
 // only (float64 and bfloat16 are refused naming `what`, the dtype and the component).
 Precision precision_on(DLDevice device, DLDataType dtype, const std::string& what);
 
-// A contiguous tensor with data on `device` (the layer's), of this dtype and shape, else an Error
-// naming `what` (a tensor on another device: both devices named).
-void expect_tensor(const DLTensor& t, DLDevice device, DLDataType dtype, const int64_t* dims, int64_t ndim,
-                   const std::string& what);
-void expect_tensor(const DLTensor& t, DLDevice device, DLDataType dtype, std::initializer_list<int64_t> dims,
-                   const std::string& what);
+// Shapes in messages and the tensor checks: the SDK's (plexus/cpp/tensor.hpp).
+using plexus::sdk::expect_tensor;
+using plexus::sdk::shape_text;
 
 // Hidden states [batch, seq, hidden] on `device` in `dtype`: returns batch and seq.
 void expect_hidden(const DLTensor& t, DLDevice device, DLDataType dtype, int64_t hidden,

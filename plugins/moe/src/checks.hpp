@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "plexus/cpp/tensor.hpp"
 #include "plexus/layer.h"
 
 namespace plexus::moe {
@@ -18,16 +19,22 @@ inline DLDataType dtype_of(Precision p) {
 template <class T>
 constexpr Precision precision_v = sizeof(T) == 4 ? Precision::f32 : Precision::f64;
 
-std::string shape_string(const int64_t* dims, int64_t ndim);
 
 // float32 or float64, else an Error naming `what` and the dtype it has.
 Precision precision_of(DLDataType dtype, const std::string& what);
 
-// A contiguous CPU tensor with data, of this dtype and shape, else an Error naming `what`.
-void expect_tensor(const DLTensor& t, DLDataType dtype, const int64_t* dims, int64_t ndim,
-                   const std::string& what);
-void expect_tensor(const DLTensor& t, DLDataType dtype, std::initializer_list<int64_t> dims,
-                   const std::string& what);
+// Shapes in messages, and a contiguous CPU tensor with data, of this dtype and shape (else an
+// Error naming `what`): the SDK's checks (plexus/cpp/tensor.hpp) on the layer's device.
+using plexus::sdk::shape_text;
+inline constexpr DLDevice kCpu{kDLCPU, 0};
+inline void expect_tensor(const DLTensor& t, DLDataType dtype, std::initializer_list<int64_t> dims,
+                          const std::string& what) {
+  plexus::sdk::expect_tensor(t, kCpu, dtype, dims, what);
+}
+inline void expect_tensor(const DLTensor& t, DLDataType dtype, const int64_t* dims, int64_t ndim,
+                          const std::string& what) {
+  plexus::sdk::expect_tensor(t, kCpu, dtype, dims, ndim, what);
+}
 
 // Hidden states [batch, seq, hidden] on the CPU in `dtype`: returns batch and seq.
 void expect_hidden(const DLTensor& t, DLDataType dtype, int64_t hidden, const std::string& what,

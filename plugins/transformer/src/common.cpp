@@ -82,17 +82,6 @@ template void NormSpec::backward<double>(int64_t, const double*, const double*, 
 template void NormSpec::apply<float>(int64_t, const float*, const float*, const float*, float*) const;
 template void NormSpec::apply<double>(int64_t, const double*, const double*, const double*, double*) const;
 
-std::string shape_string(const int64_t* dims, int64_t ndim) {
-  std::string s = "[";
-  for (int64_t i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-std::string shape_string(const DLTensor& t) {
-  return shape_string(t.shape, t.ndim);
-}
-std::string shape_string(std::initializer_list<int64_t> dims) {
-  return shape_string(dims.begin(), static_cast<int64_t>(dims.size()));
-}
 
 Precision precision_of(DLDataType dtype, const std::string& what) {
   if (plx_dtype_equal(dtype, plx_dtype_f32())) return Precision::f32;
@@ -101,57 +90,14 @@ Precision precision_of(DLDataType dtype, const std::string& what) {
               what + ": expected dtype float32 or float64, got " + plexus::sdk::dtype_name(dtype));
 }
 
-std::string device_string(DLDevice device) {
-  const std::string id = std::to_string(device.device_id);
-  switch (device.device_type) {
-    case kDLCPU:
-      return "cpu:" + id;
-    case kDLCUDA:
-      return "cuda:" + id;
-    default:
-      return "device type " + std::to_string(static_cast<int>(device.device_type)) + ":" + id;
-  }
-}
-
-namespace {
-// The CPU is one device whatever the id a caller wrote; a GPU is the one with the layer's id.
-bool same_device(DLDevice a, DLDevice b) {
-  return a.device_type == b.device_type && (a.device_type == kDLCPU || a.device_id == b.device_id);
-}
-
-void expect_dense(const DLTensor& t, DLDevice device, DLDataType dtype, const std::string& what) {
-  if (t.data == nullptr) throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": no data (null pointer)");
-  if (!same_device(t.device, device))
-    throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": expected a tensor on " + device_string(device) +
-                                              " (the layer's device), got one on " + device_string(t.device));
-  if (!plx_dtype_equal(t.dtype, dtype))
-    throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": expected dtype " + plexus::sdk::dtype_name(dtype) +
-                                              ", got " + plexus::sdk::dtype_name(t.dtype));
-  if (!plx_is_contiguous(&t)) throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": expected a contiguous tensor");
-}
-}  // namespace
-
-void expect_tensor(const DLTensor& t, DLDevice device, DLDataType dtype, const int64_t* dims, int64_t ndim,
-                   const std::string& what) {
-  expect_dense(t, device, dtype, what);
-  bool same = t.ndim == ndim;
-  for (int32_t i = 0; same && i < t.ndim; ++i) same = t.shape[i] == dims[i];
-  if (!same)
-    throw Error(PLX_ERR_INVALID_ARGUMENT,
-                what + ": expected shape " + shape_string(dims, ndim) + ", got " + shape_string(t));
-}
-void expect_tensor(const DLTensor& t, DLDevice device, DLDataType dtype, std::initializer_list<int64_t> shape,
-                   const std::string& what) {
-  expect_tensor(t, device, dtype, shape.begin(), static_cast<int64_t>(shape.size()), what);
-}
 
 void expect_hidden(const DLTensor& t, DLDevice device, DLDataType dtype, int64_t hidden,
                    const std::string& what, int64_t& batch, int64_t& seq) {
-  expect_dense(t, device, dtype, what);
+  sdk::expect_dense(t, device, dtype, what);
   if (t.ndim != 3 || t.shape[2] != hidden)
     throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": expected shape [batch, seq, " + std::to_string(hidden) +
                                               "] (hidden_size " + std::to_string(hidden) + "), got " +
-                                              shape_string(t));
+                                              shape_text(t));
   batch = t.shape[0];
   seq = t.shape[1];
 }
@@ -199,7 +145,7 @@ void expect_hidden_desc(const plx_tensor_desc& d, int64_t hidden, const std::str
   if (!plx_dtype_equal(d.dtype, plx_dtype_bf16())) precision_of(d.dtype, what);
   if (d.ndim != 3 || d.dims[2] != hidden)
     throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": expected shape [batch, seq, " + std::to_string(hidden) +
-                                              "], got " + shape_string(d.dims, d.ndim));
+                                              "], got " + shape_text(d.dims, d.ndim));
 }
 
 TransformerLayer::TransformerLayer(const char* component, const plx_layer_create_args& args)
@@ -210,7 +156,7 @@ TransformerLayer::TransformerLayer(const char* component, const plx_layer_create
     if (!cuda_built())
       throw Error(PLX_ERR_UNSUPPORTED, std::string(component) +
                                            " runs on the CPU only: this plugin was built without CUDA (" +
-                                           device_string(device_) + " requested)");
+                                           device_text(device_) + " requested)");
     return;
   }
   throw Error(PLX_ERR_UNSUPPORTED, std::string(component) +

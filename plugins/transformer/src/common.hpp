@@ -55,9 +55,10 @@ struct NormSpec {
 
 // ---- tensors ----
 
-std::string shape_string(const int64_t* dims, int64_t ndim);
-std::string shape_string(const DLTensor& t);
-std::string shape_string(std::initializer_list<int64_t> dims);
+// Shapes in messages, devices, and the tensor checks: the SDK's (plexus/cpp/tensor.hpp).
+using plexus::sdk::expect_tensor;
+using plexus::sdk::shape_text;
+using plexus::sdk::device_text;
 
 enum class Precision { f32, f64 };
 inline DLDataType dtype_of(Precision p) {
@@ -67,15 +68,6 @@ inline DLDataType dtype_of(Precision p) {
 // The floating precision of a dtype; throws naming `what` for anything but float32 / float64.
 Precision precision_of(DLDataType dtype, const std::string& what);
 
-// "cpu:0", "cuda:1"; other device types by number ("device type 10:0").
-std::string device_string(DLDevice device);
-
-// A contiguous tensor on `device` (the layer's) of exactly this dtype and shape, or an Error
-// naming `what` (a tensor on another device: PLX_ERR_INVALID_ARGUMENT naming both devices).
-void expect_tensor(const DLTensor& t, DLDevice device, DLDataType dtype, std::initializer_list<int64_t> shape,
-                   const std::string& what);
-void expect_tensor(const DLTensor& t, DLDevice device, DLDataType dtype, const int64_t* dims, int64_t ndim,
-                   const std::string& what);
 // A float32, float64 or bfloat16 description of shape [batch, seq, hidden], or an Error naming
 // `what` (bfloat16: for the CUDA path; the CPU's forward refuses it).
 void expect_hidden_desc(const plx_tensor_desc& d, int64_t hidden, const std::string& what);

@@ -7,7 +7,7 @@ namespace {
 [[noreturn]] void refuse(const LayerSpec& spec) {
   throw Error(PLX_ERR_UNSUPPORTED, std::string(spec.component) +
                                        " runs on the CPU only: this plugin was built without CUDA (" +
-                                       device_string(spec.device) + " requested)");
+                                       device_text(spec.device) + " requested)");
 }
 }  // namespace
 

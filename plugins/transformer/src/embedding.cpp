@@ -72,7 +72,7 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
                   "input 0 (token ids): expected dtype int32, got " + plexus::sdk::dtype_name(d.dtype));
     if (d.ndim != 2)
       throw Error(PLX_ERR_INVALID_ARGUMENT,
-                  "input 0 (token ids): expected shape [batch, seq], got " + shape_string(d.dims, d.ndim));
+                  "input 0 (token ids): expected shape [batch, seq], got " + shape_text(d.dims, d.ndim));
   }
 
   template <class T>
@@ -81,7 +81,7 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
     const DLTensor& tokens = args.inputs[0];
     if (tokens.ndim != 2)
       throw Error(PLX_ERR_INVALID_ARGUMENT,
-                  "input 0 (token ids): expected shape [batch, seq], got " + shape_string(tokens));
+                  "input 0 (token ids): expected shape [batch, seq], got " + shape_text(tokens));
     const int64_t batch = tokens.shape[0], seq = tokens.shape[1];
     expect_tensor(tokens, device_, plx_dtype_i32(), {batch, seq}, "input 0 (token ids)");
     expect_tensor(args.outputs[0], device_, dt, {batch, seq, hidden_}, "output 0 (hidden states)");

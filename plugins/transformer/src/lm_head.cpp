@@ -99,8 +99,8 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
     if (inputs[1].ndim != 2 || inputs[1].dims[0] != inputs[0].dims[0] ||
         inputs[1].dims[1] != inputs[0].dims[1])
       throw Error(PLX_ERR_INVALID_ARGUMENT, "input 1 (targets): expected shape " +
-                                                shape_string({inputs[0].dims[0], inputs[0].dims[1]}) +
-                                                ", got " + shape_string(inputs[1].dims, inputs[1].ndim));
+                                                shape_text({inputs[0].dims[0], inputs[0].dims[1]}) +
+                                                ", got " + shape_text(inputs[1].dims, inputs[1].ndim));
   }
 
   template <class T>

@@ -35,7 +35,7 @@ class EmbeddingCuda final : public CudaLayer<EmbeddingCuda, EmbeddingSpec, Embed
     const DLTensor& out = args.outputs[0];
     if (tokens.ndim != 2)
       throw Error(PLX_ERR_INVALID_ARGUMENT,
-                  "input 0 (token ids): expected shape [batch, seq], got " + shape_string(tokens));
+                  "input 0 (token ids): expected shape [batch, seq], got " + shape_text(tokens));
     const int64_t batch = tokens.shape[0], seq = tokens.shape[1], n = batch * seq;
     expect_tensor(tokens, device(), plx_dtype_i32(), {batch, seq}, "input 0 (token ids)");
     expect_tensor(out, device(), dtype_v<T>(), {batch, seq, spec_.hidden}, "output 0 (hidden states)");

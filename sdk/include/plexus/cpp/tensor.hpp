@@ -2,6 +2,8 @@
 #ifndef PLEXUS_CPP_TENSOR_HPP
 #define PLEXUS_CPP_TENSOR_HPP
 
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "plexus/cpp/error.hpp"
@@ -38,6 +40,50 @@ inline std::string device_text(DLDevice d) {
                            : d.device_type == kDLCUDA ? std::string("cuda")
                                                       : "device type " + std::to_string(d.device_type);
   return type + ":" + std::to_string(d.device_id);
+}
+
+// "[2, 3, 4]": a shape as messages write it.
+inline std::string shape_text(const int64_t* dims, int64_t ndim) {
+  std::string s = "[";
+  for (int64_t i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+inline std::string shape_text(const DLTensor& t) {
+  return shape_text(t.shape, t.ndim);
+}
+inline std::string shape_text(std::initializer_list<int64_t> dims) {
+  return shape_text(dims.begin(), static_cast<int64_t>(dims.size()));
+}
+
+// Throws Error(PLX_ERR_INVALID_ARGUMENT) naming `what` unless t has data, lives on `device` (a
+// layer's device: the CPU whatever the id, a GPU by its id; both devices are named otherwise),
+// has `dtype` and is contiguous.
+inline void expect_dense(const DLTensor& t, DLDevice device, DLDataType dtype, const std::string& what) {
+  if (t.data == nullptr) throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": no data (null pointer)");
+  const bool same_device = t.device.device_type == device.device_type &&
+                           (device.device_type == kDLCPU || t.device.device_id == device.device_id);
+  if (!same_device)
+    throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": expected a tensor on " + device_text(device) +
+                                              " (the layer's device), got one on " + device_text(t.device));
+  if (!plx_dtype_equal(t.dtype, dtype))
+    throw Error(PLX_ERR_INVALID_ARGUMENT,
+                what + ": expected dtype " + dtype_name(dtype) + ", got " + dtype_name(t.dtype));
+  if (!plx_is_contiguous(&t)) throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": expected a contiguous tensor");
+}
+
+// expect_dense, and the shape dims[0 .. ndim).
+inline void expect_tensor(const DLTensor& t, DLDevice device, DLDataType dtype, const int64_t* dims, int64_t ndim,
+                          const std::string& what) {
+  expect_dense(t, device, dtype, what);
+  bool same = t.ndim == ndim;
+  for (int32_t i = 0; same && i < t.ndim; ++i) same = t.shape[i] == dims[i];
+  if (!same)
+    throw Error(PLX_ERR_INVALID_ARGUMENT,
+                what + ": expected shape " + shape_text(dims, ndim) + ", got " + shape_text(t));
+}
+inline void expect_tensor(const DLTensor& t, DLDevice device, DLDataType dtype, std::initializer_list<int64_t> dims,
+                          const std::string& what) {
+  expect_tensor(t, device, dtype, dims.begin(), static_cast<int64_t>(dims.size()), what);
 }
 
 template <class T>
