@@ -150,54 +150,8 @@ inline std::vector<Tensor> random_params(const plexus::LayerInstance& layer, con
   return out;
 }
 
-// One run of the layer over owned host tensors: every stage forward, then every stage backward.
-struct Run {
-  const plexus::LayerInstance& layer;
-  std::vector<Tensor> inputs;
-  std::vector<Tensor> params;
-  DLDataType float_dtype = plx_dtype_f64();
-  std::unique_ptr<plexus::LayerInstance::State> state;
-  std::vector<Tensor> outputs;
-
-  Run(const plexus::LayerInstance& l, std::vector<Tensor> in, std::vector<Tensor> p, DLDataType dt)
-      : layer(l), inputs(std::move(in)), params(std::move(p)), float_dtype(dt) {}
-
-  std::vector<Tensor>& forward(bool training = true) {
-    outputs.clear();
-    for (const plx_tensor_desc& d : layer.output_desc(tt::descs(inputs)))
-      outputs.push_back(Tensor::like_desc(d, float_dtype));
-    state = layer.create_state(0);
-    std::vector<DLTensor> in = tt::views(inputs), out = tt::views(outputs), par = tt::views(params);
-    plx_forward_args args{};
-    args.struct_size = sizeof(args);
-    args.flags = training ? PLX_FORWARD_TRAINING : 0u;
-    args.num_inputs = static_cast<uint32_t>(in.size());
-    args.inputs = in.data();
-    args.num_outputs = static_cast<uint32_t>(out.size());
-    args.outputs = out.data();
-    args.num_params = static_cast<uint32_t>(par.size());
-    args.params = par.data();
-    for (uint32_t s = 0; s < layer.info().num_stages; ++s) layer.forward(*state, s, args);
-    return outputs;
-  }
-
-  void backward(std::vector<Tensor>& grad_outputs, std::vector<Tensor>& grad_inputs,
-                std::vector<Tensor>& param_grads, double loss_scale) {
-    std::vector<DLTensor> go = tt::views(grad_outputs), gi = tt::views(grad_inputs), par = tt::views(params),
-                          pg = tt::views(param_grads);
-    plx_backward_args args{};
-    args.struct_size = sizeof(args);
-    args.num_outputs = static_cast<uint32_t>(go.size());
-    args.grad_outputs = go.data();
-    args.num_inputs = static_cast<uint32_t>(gi.size());
-    args.grad_inputs = gi.data();
-    args.num_params = static_cast<uint32_t>(par.size());
-    args.params = par.data();
-    args.param_grads = pg.data();
-    args.loss_scale = loss_scale;
-    for (uint32_t s = layer.info().num_stages; s-- > 0;) layer.backward(*state, s, args);
-  }
-};
+// One run of the layer over owned host tensors, every stage (the transformer tests' tt::Run).
+using Run = tt::Run;
 
 // The router's logits recomputed from the layer's contract in float64 (pre-norm, then u Wr^T),
 // [T, E], to check how far every token's k-th logit is from its (k+1)-th.

@@ -228,7 +228,8 @@ inline Tensor random_tensor(std::vector<int64_t> shape, DLDataType dtype, std::m
   return t;
 }
 
-// One run of a layer: forward (training) and, on demand, backward, over owned host tensors.
+// One run of a layer: forward (training) and, on demand, backward, over owned host tensors; every
+// stage of the layer in order (backward in reverse).
 struct Run {
   const plexus::LayerInstance& layer;
   std::vector<Tensor> inputs;
@@ -256,14 +257,15 @@ struct Run {
     args.outputs = out.data();
     args.num_params = static_cast<uint32_t>(par.size());
     args.params = par.data();
-    layer.forward(*state, 0, args);
+    for (uint32_t stage = 0; stage < layer.info().num_stages; ++stage) layer.forward(*state, stage, args);
     return outputs;
   }
 
-  // Runs backward on the state of the last forward. grad_inputs are given (null_data ones are
-  // "not needed"), param_grads accumulate.
+  // Runs backward on the state of the last forward, every stage in reverse. grad_inputs are given
+  // (null_data ones are "not needed"), param_grads accumulate; loss_scale is the call's
+  // d objective / d this microbatch's loss (ABI 1.4; 0 reads as 1).
   void backward(std::vector<Tensor>& grad_outputs, std::vector<Tensor>& grad_inputs,
-                std::vector<Tensor>& param_grads) {
+                std::vector<Tensor>& param_grads, double loss_scale = 0.0) {
     std::vector<DLTensor> go = views(grad_outputs), gi = views(grad_inputs), par = views(params),
                           pg = views(param_grads);
     plx_backward_args args{};
@@ -275,7 +277,8 @@ struct Run {
     args.num_params = static_cast<uint32_t>(par.size());
     args.params = par.data();
     args.param_grads = pg.data();
-    layer.backward(*state, 0, args);
+    args.loss_scale = loss_scale;
+    for (uint32_t stage = layer.info().num_stages; stage-- > 0;) layer.backward(*state, stage, args);
   }
 };
 
