@@ -24,19 +24,11 @@ namespace mamba_test {
 namespace fs = std::filesystem;
 using tt::Tensor;
 
-inline fs::path plugin_file() {
-  return fs::path(std::string(PLEXUS_BUILD_DIR) + "/lib/plexus/plugins/libplexus_mamba.so");
-}
-
 // One host for the whole test program with the mamba plugin loaded; unloaded at exit.
 inline plexus::PluginHost& host() {
   static plexus::PluginHost instance;
   static const bool loaded = [] {
-    const fs::path file = plugin_file();
-    if (!fs::exists(file))
-      throw std::runtime_error("the mamba plugin is not built: " + file.string() +
-                               " is missing (build the 'mamba' target, or the whole tree, first)");
-    instance.load(file);
+    tt::load_built_plugin(instance, "mamba");
     return true;
   }();
   (void)loaded;
@@ -83,33 +75,13 @@ struct Config {
 };
 
 // mamba.mixer with the config nodes it was created from.
-struct Layer {
-  plexus::ConfigHandle options;
-  plexus::ConfigHandle model;
-  std::unique_ptr<plexus::LayerInstance> instance;
-
+struct Layer : tt::ComponentLayer {
   explicit Layer(const Config& c, DLDevice device = DLDevice{kDLCPU, 0})
-      : options(c.options, "model.mamba.options"), model(c.model(), "model") {
-    plx_layer_create_args args{};
-    args.struct_size = sizeof(args);
-    args.layer_index = 0;
-    args.num_layers = c.num_layers;
-    args.device = device;
-    args.config = options.get();
-    args.model_config = model.get();
-    instance = std::make_unique<plexus::LayerInstance>(host().get(PLX_KIND_LAYER, "mamba.mixer"), args);
-  }
-  const plexus::LayerInstance& operator*() const { return *instance; }
-  const plexus::LayerInstance* operator->() const { return instance.get(); }
+      : ComponentLayer(host().get(PLX_KIND_LAYER, "mamba.mixer"), c.options, "model.mamba.options", c.model(), c.num_layers,
+                       device) {}
 };
 
-// The index of the parameter named `name`, failing the test when there is none.
-inline std::size_t param_index(const plexus::LayerInstance& layer, const std::string& name) {
-  for (uint32_t i = 0; i < layer.info().num_params; ++i)
-    if (name == layer.param(i).name) return i;
-  BOOST_FAIL("mamba.mixer has no parameter " << name);
-  return 0;
-}
+using tt::param_index;
 
 // How the dt values of a test draw are placed.
 enum class Dt {

@@ -27,10 +27,6 @@ namespace moe_test {
 namespace fs = std::filesystem;
 using tt::Tensor;
 
-inline fs::path plugin_file() {
-  return fs::path(std::string(PLEXUS_BUILD_DIR) + "/lib/plexus/plugins/libplexus_moe.so");
-}
-
 // The values the layer reported through the host's report_metric, by name (the latest of each).
 inline std::map<std::string, double>& reported() {
   static std::map<std::string, double> values;
@@ -41,11 +37,7 @@ inline std::map<std::string, double>& reported() {
 inline plexus::PluginHost& host() {
   static plexus::PluginHost instance;
   static const bool loaded = [] {
-    const fs::path file = plugin_file();
-    if (!fs::exists(file))
-      throw std::runtime_error("the moe plugin is not built: " + file.string() +
-                               " is missing (build the 'moe' target, or the whole tree, first)");
-    instance.load(file);
+    tt::load_built_plugin(instance, "moe");
     instance.services().set_metric_sink(
         [](const std::string&, const std::string& name, double value) { reported()[name] = value; });
     return true;
@@ -94,32 +86,13 @@ struct Config {
 };
 
 // moe.layer with the config nodes it was created from.
-struct Layer {
-  plexus::ConfigHandle options;
-  plexus::ConfigHandle model;
-  std::unique_ptr<plexus::LayerInstance> instance;
-
+struct Layer : tt::ComponentLayer {
   explicit Layer(const Config& c, DLDevice device = DLDevice{kDLCPU, 0})
-      : options(c.options, "model.moe.options"), model(c.model(), "model") {
-    plx_layer_create_args args{};
-    args.struct_size = sizeof(args);
-    args.layer_index = 0;
-    args.num_layers = c.num_layers;
-    args.device = device;
-    args.config = options.get();
-    args.model_config = model.get();
-    instance = std::make_unique<plexus::LayerInstance>(host().get(PLX_KIND_LAYER, "moe.layer"), args);
-  }
-  const plexus::LayerInstance& operator*() const { return *instance; }
-  const plexus::LayerInstance* operator->() const { return instance.get(); }
+      : ComponentLayer(host().get(PLX_KIND_LAYER, "moe.layer"), c.options, "model.moe.options", c.model(), c.num_layers,
+                       device) {}
 };
 
-inline std::size_t param_index(const plexus::LayerInstance& layer, const std::string& name) {
-  for (uint32_t i = 0; i < layer.info().num_params; ++i)
-    if (name == layer.param(i).name) return i;
-  BOOST_FAIL("moe.layer has no parameter " << name);
-  return 0;
-}
+using tt::param_index;
 
 // Parameters away from their initial constants, so every gradient path counts: norm weights
 // 1 + N(0, 0.2), the LayerNorm bias N(0, 0.2), the router N(0, 1 / C) scaled so the logits are

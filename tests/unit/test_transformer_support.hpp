@@ -27,8 +27,14 @@ namespace tt {
 
 namespace fs = std::filesystem;
 
-inline fs::path plugin_file() {
-  return fs::path(std::string(PLEXUS_BUILD_DIR) + "/lib/plexus/plugins/libplexus_transformer.so");
+// Loads this build's plugin `name` (lib/plexus/plugins/libplexus_<name>.so) into `host`, or
+// throws saying which target to build.
+inline void load_built_plugin(plexus::PluginHost& host, const std::string& name) {
+  const fs::path file = std::string(PLEXUS_BUILD_DIR) + "/lib/plexus/plugins/libplexus_" + name + ".so";
+  if (!fs::exists(file))
+    throw std::runtime_error("the " + name + " plugin is not built: " + file.string() + " is missing (build the '" +
+                             name + "' target, or the whole tree, first)");
+  host.load(file);
 }
 
 // One host for the whole test program, with the transformer plugin loaded. It is destroyed (and
@@ -36,11 +42,7 @@ inline fs::path plugin_file() {
 inline plexus::PluginHost& host() {
   static plexus::PluginHost instance;
   static const bool loaded = [] {
-    const fs::path file = plugin_file();
-    if (!fs::exists(file))
-      throw std::runtime_error("the transformer plugin is not built: " + file.string() +
-                               " is missing (build the 'transformer' target, or the whole tree, first)");
-    instance.load(file);
+    load_built_plugin(instance, "transformer");
     return true;
   }();
   (void)loaded;
@@ -86,25 +88,43 @@ struct Model {
   }
 };
 
-// A layer with the config nodes it was created from.
-struct Layer {
-  plexus::ConfigHandle config{boost::json::object{}, "model.layer.options"};
+// A layer component created as the engine creates one (layer 0 of num_layers), with the config
+// nodes it was created from: its options (at options_path, for messages) and the model section.
+struct ComponentLayer {
+  plexus::ConfigHandle config;
   plexus::ConfigHandle model;
   std::unique_ptr<plexus::LayerInstance> instance;
 
-  Layer(const std::string& name, const Model& m, DLDeviceType device = kDLCPU) : model(m.json(), "model") {
+  ComponentLayer(const plexus::Component& component, boost::json::value options, const std::string& options_path,
+                 boost::json::value model_section, uint32_t num_layers, DLDevice device)
+      : config(std::move(options), options_path), model(std::move(model_section), "model") {
     plx_layer_create_args args{};
     args.struct_size = sizeof(args);
     args.layer_index = 0;
-    args.num_layers = static_cast<uint32_t>(m.num_layers);
-    args.device = DLDevice{device, 0};
+    args.num_layers = num_layers;
+    args.device = device;
     args.config = config.get();
     args.model_config = model.get();
-    instance = std::make_unique<plexus::LayerInstance>(component(name), args);
+    instance = std::make_unique<plexus::LayerInstance>(component, args);
   }
   const plexus::LayerInstance& operator*() const { return *instance; }
   const plexus::LayerInstance* operator->() const { return instance.get(); }
 };
+
+// A transformer layer with no options of its own.
+struct Layer : ComponentLayer {
+  Layer(const std::string& name, const Model& m, DLDeviceType device = kDLCPU)
+      : ComponentLayer(component(name), boost::json::object{}, "model.layer.options", m.json(),
+                       static_cast<uint32_t>(m.num_layers), DLDevice{device, 0}) {}
+};
+
+// The index of the parameter named `name`, failing the test when the layer has none.
+inline std::size_t param_index(const plexus::LayerInstance& layer, const std::string& name) {
+  for (uint32_t i = 0; i < layer.info().num_params; ++i)
+    if (name == layer.param(i).name) return i;
+  BOOST_FAIL("the layer has no parameter " << name);
+  return 0;
+}
 
 // A host tensor of float32, float64 or int32 values; values are held as double (or int32) and
 // converted when a view of another dtype is asked for.
