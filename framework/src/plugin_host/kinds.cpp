@@ -3,6 +3,7 @@
 #include <array>
 
 #include "plexus/comm.h"
+#include "plexus/data_parallel.h"
 #include "plexus/core/plugin_host.hpp"
 #include "plexus/fusion.h"
 #include "plexus/layer.h"
@@ -16,8 +17,8 @@ namespace plexus {
 namespace detail {
 namespace {
 
-const std::array<KindInfo, 6>& kinds() {
-  static const std::array<KindInfo, 6> table = {{
+const std::array<KindInfo, 7>& kinds() {
+  static const std::array<KindInfo, 7> table = {{
       {PLX_KIND_LAYER, "layer", sizeof(plx_layer_v1),
        {PLX_REQUIRED(plx_layer_v1, create), PLX_REQUIRED(plx_layer_v1, destroy),
         PLX_REQUIRED(plx_layer_v1, get_info), PLX_REQUIRED(plx_layer_v1, get_param),
@@ -41,6 +42,14 @@ const std::array<KindInfo, 6>& kinds() {
       {PLX_KIND_STACK, "stack", sizeof(plx_stack_v1),
        {PLX_REQUIRED(plx_stack_v1, create), PLX_REQUIRED(plx_stack_v1, destroy),
         PLX_REQUIRED(plx_stack_v1, describe)}},
+      {PLX_KIND_DATA_PARALLEL, "data_parallel", sizeof(plx_data_parallel_v1),
+       {PLX_REQUIRED(plx_data_parallel_v1, create), PLX_REQUIRED(plx_data_parallel_v1, destroy),
+        PLX_REQUIRED(plx_data_parallel_v1, layout), PLX_REQUIRED(plx_data_parallel_v1, acquire),
+        PLX_REQUIRED(plx_data_parallel_v1, release), PLX_REQUIRED(plx_data_parallel_v1, prefetch),
+        PLX_REQUIRED(plx_data_parallel_v1, begin_step), PLX_REQUIRED(plx_data_parallel_v1, grads),
+        PLX_REQUIRED(plx_data_parallel_v1, grads_ready), PLX_REQUIRED(plx_data_parallel_v1, finish_grads),
+        PLX_REQUIRED(plx_data_parallel_v1, shard), PLX_REQUIRED(plx_data_parallel_v1, after_update),
+        PLX_REQUIRED(plx_data_parallel_v1, gather), PLX_REQUIRED(plx_data_parallel_v1, memory)}},
   }};
   return table;
 }

@@ -3,6 +3,7 @@
 #define PLEXUS_PLEXUS_H
 #include "plexus/abi.h"
 #include "plexus/comm.h"
+#include "plexus/data_parallel.h"
 #include "plexus/fusion.h"
 #include "plexus/host.h"
 #include "plexus/layer.h"

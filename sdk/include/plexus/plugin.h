@@ -23,7 +23,8 @@ extern "C" {
 #define PLX_KIND_TOPOLOGY 4       /* plx_topology_v1 (plexus/topology.h) */
 #define PLX_KIND_COMM 5           /* plx_comm_v1 (plexus/comm.h) */
 #define PLX_KIND_STACK 6          /* plx_stack_v1 (plexus/stack.h), since ABI 1.3 */
-#define PLX_KIND_LAST PLX_KIND_STACK
+#define PLX_KIND_DATA_PARALLEL 7  /* plx_data_parallel_v1 (plexus/data_parallel.h), since ABI 1.5 */
+#define PLX_KIND_LAST PLX_KIND_DATA_PARALLEL
 
 typedef struct plx_component_desc {
   uint32_t struct_size;
