@@ -16,8 +16,9 @@ namespace plexus::checkpoint {
 namespace {
 
 std::uint64_t byte_size(const TensorData& t) {
-  // add() has checked that the count fits and matches the span.
-  return t.bytes.size();
+  // add() has checked that the count fits and, without a fill, matches the span.
+  if (!t.fill) return t.bytes.size();
+  return static_cast<std::uint64_t>(*element_count(t.shape)) * dtype_size(t.dtype);
 }
 
 std::span<const std::byte> as_bytes(std::string_view text) {
@@ -39,7 +40,8 @@ void SafetensorsWriter::add(TensorData tensor) {
   std::uint64_t expected = 0;
   if (__builtin_mul_overflow(static_cast<std::uint64_t>(*count), elem, &expected))
     fail("shape " + shape_text(tensor.shape) + " is too large");
-  if (tensor.bytes.size() != expected)
+  if (tensor.fill && !tensor.bytes.empty()) fail("has both bytes and a fill");
+  if (!tensor.fill && tensor.bytes.size() != expected)
     fail("shape " + shape_text(tensor.shape) + " of " + std::string(to_string(tensor.dtype)) + " needs " +
          std::to_string(expected) + " bytes, given " + std::to_string(tensor.bytes.size()));
   names_.insert(tensor.name);
@@ -109,8 +111,16 @@ void SafetensorsWriter::write_to(const std::function<void(std::span<const std::b
   }
   sink(length);
   sink(as_bytes(text));
-  for (const TensorData* t : storage_order())
-    if (!t->bytes.empty()) sink(t->bytes);
+  std::vector<std::byte> filled;
+  for (const TensorData* t : storage_order()) {
+    if (t->fill) {
+      filled.assign(byte_size(*t), std::byte{0});
+      t->fill(filled);
+      sink(filled);
+    } else if (!t->bytes.empty()) {
+      sink(t->bytes);
+    }
+  }
 }
 
 std::vector<std::byte> SafetensorsWriter::to_bytes() const {

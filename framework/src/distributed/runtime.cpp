@@ -86,7 +86,6 @@ Settings Settings::from_run_config(const boost::json::value& run_config, const L
     s.comm = env.world_size == 1 ? "local" : device.rfind("cuda", 0) == 0 ? "nccl" : "mpi";
   }
   s.timeout_s = section.at("timeout_s").to_number<double>();
-  s.bucket_mb = section.at("bucket_mb").to_number<double>();
   s.comm_options = section.at("comm_options");
   return s;
 }

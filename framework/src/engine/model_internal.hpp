@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/sharded_parameters.hpp"
 #include "plexus/core/engine/model.hpp"
 
 namespace plexus {

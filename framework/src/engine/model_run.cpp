@@ -90,6 +90,12 @@ void Model::forward_stage(Run& run, uint32_t u, uint32_t stage) {
                              std::to_string(run.forward_stage));
   using Phase = StepProfile::Phase;
   StepProfile* const profile = run.training ? profile_ : nullptr;
+  if (sharded_ && stage == 0 && fsdp_first_[u]) {
+    const StepProfile::Scope gather(profile, "parameter gather (wait)", Phase::forward);
+    const std::size_t f = fsdp_of_[u];
+    sharded_->begin_forward(f);
+    if (f + 1 < sharded_->num_units()) sharded_->prefetch_forward(f + 1);
+  }
   const StepProfile::Scope timed(profile, unit.label, Phase::forward);
   std::vector<DLTensor> inputs;
   switch (unit.role) {
@@ -144,6 +150,7 @@ void Model::forward_stage(Run& run, uint32_t u, uint32_t stage) {
   args.inputs = inputs.data();
   args.num_outputs = static_cast<uint32_t>(out_views.size());
   args.outputs = out_views.data();
+  refresh_views(unit);
   args.num_params = static_cast<uint32_t>(unit.param_views.size());
   args.params = unit.param_views.data();
   unit.layer->forward(*run.states[u], stage, args);
@@ -185,6 +192,16 @@ void Model::forward_stage(Run& run, uint32_t u, uint32_t stage) {
       run.finished_forward = true;
       break;
   }
+  if (sharded_ && fsdp_last_[u]) sharded_->end_forward(fsdp_of_[u]);
+}
+
+// The layers' views of their parameters and gradients, taken again before every call: under a
+// data-parallel strategy the store's tensors point into buffers that change between calls.
+void Model::refresh_views(Unit& unit) {
+  for (std::size_t k = 0; k < unit.params.size(); ++k) {
+    unit.param_views[k] = params_[unit.params[k]].value.view();
+    unit.grad_views[k] = params_[unit.params[k]].grad.view();
+  }
 }
 
 void Model::backward_stage(Run& run, uint32_t u, uint32_t stage) {
@@ -198,6 +215,12 @@ void Model::backward_stage(Run& run, uint32_t u, uint32_t stage) {
                              (run.finished_forward ? ")" : ", after its forward completes)"));
   Unit& unit = *units_[u];
   using Phase = StepProfile::Phase;
+  if (sharded_ && stage + 1 == unit.stages.size() && fsdp_last_[u]) {
+    const StepProfile::Scope gather(profile_, "parameter gather (wait)", Phase::backward);
+    const std::size_t f = fsdp_of_[u];
+    sharded_->begin_backward(f);
+    if (f > 0) sharded_->prefetch_backward(f - 1);
+  }
   const StepProfile::Scope timed(profile_, unit.label, Phase::backward);
   std::vector<DLTensor> grad_outputs;
   std::vector<DLTensor> grad_inputs;
@@ -249,6 +272,7 @@ void Model::backward_stage(Run& run, uint32_t u, uint32_t stage) {
   args.grad_outputs = grad_outputs.data();
   args.num_inputs = static_cast<uint32_t>(grad_inputs.size());
   args.grad_inputs = grad_inputs.data();
+  refresh_views(unit);
   args.num_params = static_cast<uint32_t>(unit.param_views.size());
   args.params = unit.param_views.data();
   args.param_grads = unit.grad_views.data();
@@ -283,6 +307,10 @@ void Model::backward_stage(Run& run, uint32_t u, uint32_t stage) {
       break;
   }
   run.states[u].reset();
+  if (sharded_ && fsdp_first_[u]) {
+    const StepProfile::Scope reduce(profile_, "gradient reduction (start)", Phase::backward);
+    sharded_->end_backward(fsdp_of_[u]);
+  }
   unit_backward_done(unit);
   --run.backward_unit;
   if (run.backward_unit >= 0)
@@ -371,7 +399,7 @@ std::vector<Model::UnitSummary> Model::summary() const {
     row.physical = unit->physical;
     row.logical = unit->logical;
     row.segment = unit->segment;
-    for (std::size_t i : unit->gradient_params) row.parameters += params_[i].value.numel();
+    for (std::size_t i : unit->gradient_params) row.parameters += params_[i].numel();
     if (const auto flops = unit->layer->estimate_flops(inputs))
       row.flops_per_token = (flops->forward + flops->backward) / static_cast<double>(s) +
                             (unit->mhc ? mhc_connection_flops_per_token() : 0.0);

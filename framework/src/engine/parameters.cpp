@@ -18,9 +18,9 @@ std::size_t ParameterStore::declare(const plx_param_spec& spec, const std::strin
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Parameter& existing = *params_[i];
     if (existing.name != name) continue;
-    if (existing.value.shape() != shape)
+    if (existing.shape != shape)
       throw std::runtime_error("parameter " + name + " is declared by " + existing.declared_by +
-                               " with shape " + shape_string(existing.value.shape()) + " and by " + unit +
+                               " with shape " + shape_string(existing.shape) + " and by " + unit +
                                " with shape " + shape_string(shape) +
                                "; parameters that share a name must agree");
     return i;  // shared (tied) parameter
@@ -36,6 +36,7 @@ std::size_t ParameterStore::declare(const plx_param_spec& spec, const std::strin
   param->init_b = spec.init_b;
   param->declared_by = unit;
   param->grad_group = spec.grad_group != nullptr && *spec.grad_group != '\0' ? spec.grad_group : "dp";
+  param->shape = shape;
   param->value = Tensor(shape, spec.desc.dtype, device_);
   param->grad = Tensor(shape, spec.desc.dtype, device_);
   params_.push_back(std::move(param));
@@ -54,7 +55,7 @@ void ParameterStore::zero_grads() {
 
 int64_t ParameterStore::count_elements() const {
   int64_t n = 0;
-  for (const auto& p : params_) n += p->value.numel();
+  for (const auto& p : params_) n += p->numel();
   return n;
 }
 

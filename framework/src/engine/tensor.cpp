@@ -27,12 +27,12 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 }
 
 void Tensor::Free::operator()(void* p) const noexcept {
-  device::free(device, p);
+  if (!borrowed) device::free(device, p);
 }
 
 Tensor::Tensor(std::vector<int64_t> shape, DLDataType dtype, DLDevice device,
                [[maybe_unused]] Uninitialized tag)
-    : shape_(std::move(shape)), dtype_(dtype), device_(device), numel_(1), storage_(nullptr, Free{device}) {
+    : shape_(std::move(shape)), dtype_(dtype), device_(device), numel_(1), storage_(nullptr, Free{device, false}) {
   device::require(device);
   for (int64_t d : shape_) {
     if (d < 0) throw std::invalid_argument("negative dimension in tensor shape " + shape_string(shape_));
@@ -48,6 +48,17 @@ Tensor::Tensor(std::vector<int64_t> shape, DLDataType dtype, DLDevice device)
 
 Tensor Tensor::uninitialized(std::vector<int64_t> shape, DLDataType dtype, DLDevice device) {
   return Tensor(std::move(shape), dtype, device, Uninitialized{});
+}
+
+Tensor Tensor::borrowed(void* data, std::vector<int64_t> shape, DLDataType dtype, DLDevice device) {
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.numel_ = 1;
+  for (int64_t d : t.shape_) t.numel_ *= d;
+  t.storage_ = std::unique_ptr<void, Free>(data, Free{device, true});
+  return t;
 }
 
 DLTensor Tensor::view() const {

@@ -3,6 +3,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+
+#include <sys/resource.h>
+
+#include "engine/device_ops.hpp"
 
 #include "engine/progress.hpp"
 #include "engine/trainer_impl.hpp"
@@ -15,14 +20,15 @@
 namespace plexus {
 namespace {
 
-int64_t get_int(const boost::json::value& root, const char* section, const char* key) {
-  return root.at(section).at(key).to_number<int64_t>();
+// The most memory this process has had resident (Linux reports it in KiB).
+int64_t peak_resident_bytes() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
 }
 
-std::string mib_text(double mib) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", mib);
-  return text;
+int64_t get_int(const boost::json::value& root, const char* section, const char* key) {
+  return root.at(section).at(key).to_number<int64_t>();
 }
 
 // The trainer's layers are not model-parallel: every group but dp and ep must be a single rank.
@@ -82,30 +88,41 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   t.scheduler = std::make_unique<SchedulerInstance>(
       host.get(PLX_KIND_SCHEDULER, std::string(rc.at("scheduler").at("component").as_string())),
       t.scheduler_config->get());
-  t.optimizer = std::make_unique<AdamW>(t.model->parameters(), OptimizerSettings::from_run_config(rc));
   t.runtime = runtime;
+  std::function<double(double)> sum_over_ep = [](double local) { return local; };
   if (runtime != nullptr) {
     require_data_and_expert_parallel_only(*runtime);
     t.writer = runtime->rank() == 0;
     const distributed::Communicator& dp = runtime->data_parallel();
     t.dp_rank = dp.rank();
     t.dp_size = dp.size();
+    if (t.dp_size > 1) t.dp = &dp;
     // The experts of an ep group are divided over its ranks: the gradient norm sums theirs over it.
     if (const distributed::Communicator* ep = runtime->group("ep"); ep != nullptr && ep->size() > 1) {
-      t.experts_divided = true;
-      t.optimizer->set_divided_sum([ep](double local) {
+      t.collective_forward = true;
+      sum_over_ep = [ep](double local) {
         Tensor scalar({1}, plx_dtype_f64());
         *scalar.data<double>() = local;
         ep->all_reduce(scalar.view(), distributed::ReduceOp::sum);
         return *scalar.data<double>();
-      });
+      };
     }
-    if (t.dp_size > 1) {
-      t.dp = &dp;
-      t.reducer = std::make_unique<GradientReducer>(t.model->parameters(), *runtime, runtime->settings().bucket_mb);
-      t.model->set_gradient_ready_hook(
-          [reducer = t.reducer.get()](std::size_t p) { reducer->parameter_ready(p); });
-    }
+  }
+  const OptimizerSettings optimizer_settings = OptimizerSettings::from_run_config(rc);
+  if (t.dp != nullptr) {
+    // More than one data-parallel rank: the strategy the config names holds the parameters.
+    const auto& section = rc.at("distributed").at("data_parallel");
+    t.strategy_config = std::make_unique<ConfigHandle>(section.at("options"), "distributed.data_parallel.options");
+    t.model->shard_parameters(host.get(PLX_KIND_DATA_PARALLEL, std::string(section.at("component").as_string())),
+                              t.strategy_config->get(), section.at("layers_per_unit").to_number<int64_t>(),
+                              *runtime);
+    t.sharded_optimizer = std::make_unique<ShardedAdamW>(
+        *t.model->sharded(), t.model->parameters(), optimizer_settings,
+        [&t](double local) { return t.over_ranks(local, distributed::ReduceOp::sum); }, sum_over_ep);
+    t.collective_forward = t.collective_forward || t.model->sharded()->values_sharded();
+  } else {
+    t.optimizer = std::make_unique<AdamW>(t.model->parameters(), optimizer_settings);
+    if (t.collective_forward) t.optimizer->set_divided_sum(sum_over_ep);
   }
   if (rc.at("train").at("profile").as_bool()) {
     t.profile = std::make_unique<StepProfile>(t.model->device());
@@ -133,6 +150,73 @@ double Trainer::Impl::over_ranks(double value, distributed::ReduceOp op) const {
   return *scalar.data<double>();
 }
 
+void Trainer::Impl::check_sharded_gradients_finite() const {
+  const ShardedParameters& sharded = *model->sharded();
+  std::string found;
+  const auto& buffers = sharded.buffers();
+  for (std::size_t k = 0; k < buffers.size() && found.empty(); ++k) {
+    const DataParallelInstance::Shard shard = model->sharded()->strategy().shard(static_cast<uint32_t>(k));
+    for (const ShardedParameters::Segment& s : buffers[k].segments) {
+      auto* data = static_cast<std::byte*>(shard.grads.data) + shard.grads.byte_offset +
+                   static_cast<std::size_t>(s.shard_begin) * sizeof(float);
+      const Tensor part = Tensor::borrowed(data, {s.count}, plx_dtype_f32(), shard.grads.device);
+      if (const int64_t bad = device_ops::first_non_finite(part); bad >= 0) {
+        found = "non-finite gradient of " + model->parameters()[s.param].name + " (element " +
+                std::to_string(s.param_begin + bad) + ") in unit " + buffers[k].name;
+        break;
+      }
+    }
+  }
+  // Each rank sees only its shards: every rank learns whether any found one, so all stop together.
+  const double any = over_ranks(found.empty() ? 0.0 : 1.0, distributed::ReduceOp::max);
+  if (!found.empty()) throw NonFiniteError(found + ", on data-parallel rank " + std::to_string(dp_rank));
+  if (any > 0)
+    throw NonFiniteError("non-finite gradient in a shard of another data-parallel rank (its message names the "
+                         "parameter)");
+}
+
+boost::json::array Trainer::Impl::memory_per_rank() const {
+  // Parameters, gradients, optimizer state, the strategy's peaks, and the peak resident memory.
+  constexpr int64_t kFields = 6;
+  Tensor mine({kFields}, plx_dtype_f64());
+  double* m = mine.data<double>();
+  if (const ShardedParameters* sharded = model->sharded()) {
+    const plx_dp_memory held = sharded->memory();
+    m[0] = static_cast<double>(held.param_bytes);
+    m[1] = static_cast<double>(held.grad_bytes);
+    m[2] = static_cast<double>(sharded_optimizer->state_bytes());
+    m[3] = static_cast<double>(held.peak_param_bytes);
+    m[4] = static_cast<double>(held.peak_grad_bytes);
+  } else {
+    const ParameterStore& params = model->parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      m[0] += static_cast<double>(params[i].value.bytes());
+      m[1] += static_cast<double>(params[i].grad.bytes());
+    }
+    m[2] = 2 * m[0];  // AdamW's two moments
+    m[3] = m[0];
+    m[4] = m[1];
+  }
+  m[5] = static_cast<double>(peak_resident_bytes());
+  Tensor all({kFields * dp_size}, plx_dtype_f64());
+  if (dp != nullptr)
+    dp->all_gather(mine.view(), all.view());
+  else
+    all.copy_from(mine);
+  boost::json::array out;
+  for (int64_t r = 0; r < dp_size; ++r) {
+    const double* v = all.data<double>() + r * kFields;
+    out.push_back(boost::json::object{{"rank", r},
+                                      {"parameter_bytes", static_cast<int64_t>(v[0])},
+                                      {"gradient_bytes", static_cast<int64_t>(v[1])},
+                                      {"optimizer_bytes", static_cast<int64_t>(v[2])},
+                                      {"peak_parameter_bytes", static_cast<int64_t>(v[3])},
+                                      {"peak_gradient_bytes", static_cast<int64_t>(v[4])},
+                                      {"peak_resident_bytes", static_cast<int64_t>(v[5])}});
+  }
+  return out;
+}
+
 void Trainer::Impl::barrier() const {
   if (runtime != nullptr && runtime->world_size() > 1) runtime->world().barrier();
 }
@@ -151,7 +235,7 @@ double Trainer::Impl::evaluate() {
   // so the loss is that of all eval_iters batches whatever the number of ranks.
   // With divided experts every rank runs the same number of rounds (a rank past the last batch
   // evaluates one again, for the others' all-to-alls, and does not count it).
-  const int64_t rounds = experts_divided ? (eval_iters + dp_size - 1) / dp_size : 0;
+  const int64_t rounds = collective_forward ? (eval_iters + dp_size - 1) / dp_size : 0;
   double sum = 0;
   for (int64_t round = 0, i = dp_rank; i < eval_iters || round < rounds; i += dp_size, ++round) {
     data->validation_batch(static_cast<uint64_t>(i % eval_iters), batch);
@@ -218,10 +302,21 @@ TrainResult Trainer::run(const TrainerEvents& events) {
                             device::name(t.model->device()) + ", " + precision_name(*t.model) +
                             " activations; training steps " + std::to_string(t.start_step + 1) + ".." +
                             std::to_string(t.steps));
-  if (t.writer && t.reducer)
+  if (t.writer && t.model->sharded())
     log_info("trainer", "data parallel over " + std::to_string(t.dp_size) + " ranks: " +
-                            std::to_string(t.reducer->num_buckets()) + " gradient buckets of up to " +
-                            mib_text(t.runtime->settings().bucket_mb) + " MiB");
+                            t.model->sharded()->strategy_name() + " over " +
+                            std::to_string(t.model->sharded()->num_units()) + " units");
+  boost::json::array memory = t.memory_per_rank();
+  boost::json::object data_parallel{{"component", nullptr}};
+  if (const ShardedParameters* sharded = t.model->sharded()) {
+    int64_t largest = 0;
+    for (const ShardedParameters::Buffer& b : sharded->buffers())
+      largest = std::max<int64_t>(largest, b.numel * static_cast<int64_t>(sizeof(float)));
+    data_parallel = {{"component", std::string(t.run_config.at("distributed").at("data_parallel").at("component").as_string())},
+                     {"options", t.run_config.at("distributed").at("data_parallel").at("options")},
+                     {"units", static_cast<int64_t>(sharded->buffers().size())},
+                     {"largest_unit_bytes", largest}};
+  }
   t.write_metrics({{"event", "start"},
                    {"run", t.run_config.at("run").at("name")},
                    {"parameters", params},
@@ -229,7 +324,9 @@ TrainResult Trainer::run(const TrainerEvents& events) {
                    {"precision", precision_name(*t.model)},
                    {"first_step", t.start_step + 1},
                    {"steps", t.steps},
-                   {"data_parallel_size", t.dp_size}},
+                   {"data_parallel_size", t.dp_size},
+                   {"data_parallel", data_parallel},
+                   {"memory_per_rank", memory}},
                   events);
   const double tokens_per_step =
       static_cast<double>(t.dp_size * t.microbatches * t.micro_batch_size * t.seq_length);
@@ -240,7 +337,7 @@ TrainResult Trainer::run(const TrainerEvents& events) {
     t.write_metrics({{"event", "eval"}, {"step", step_done}, {"val_loss", val}}, events);
     if (!t.writer) {
       // The writer's sample runs the model: with divided experts the other ranks join its forwards.
-      if (t.experts_divided && t.sample_tokens > 0) {
+      if (t.collective_forward && t.sample_tokens > 0) {
         try {
           t.sample(step_done);
         } catch (const std::exception&) {
@@ -271,7 +368,11 @@ TrainResult Trainer::run(const TrainerEvents& events) {
   const bool stopped_first = t.start_step < t.steps && stopped_after(t.start_step);
   for (int64_t step = t.start_step; step < t.steps && !stopped_first; ++step) {
     const auto begin = std::chrono::steady_clock::now();
-    t.model->parameters().zero_grads();
+    ShardedParameters* const sharded = t.model->sharded();
+    if (sharded != nullptr)
+      sharded->begin_step(t.microbatches);
+    else
+      t.model->parameters().zero_grads();
     // The step's global batch is dp_size x microbatches microbatches; this rank takes its
     // contiguous share, so N ranks see exactly the tokens one rank with N times the
     // microbatches would.
@@ -281,36 +382,38 @@ TrainResult Trainer::run(const TrainerEvents& events) {
                           t.batches[static_cast<std::size_t>(i)]);
     }
     using Phase = StepProfile::Phase;
-    if (t.reducer) t.reducer->begin_step();
     double loss = t.model->forward_backward(*t.scheduler, t.batches);
-    if (t.reducer) {
-      const StepProfile::Scope timed(t.profile.get(), "gradient averaging (wait)", Phase::update);
-      t.reducer->finish();
+    if (sharded != nullptr) {
+      const StepProfile::Scope timed(t.profile.get(), "gradient reduction (wait)", Phase::update);
+      sharded->finish_grads();
       loss = t.over_ranks(loss, distributed::ReduceOp::avg);
     }
     {
       const StepProfile::Scope timed(t.profile.get(), "gradient finiteness check", Phase::update);
-      t.model->check_gradients_finite();
+      if (sharded != nullptr)
+        t.check_sharded_gradients_finite();
+      else
+        t.model->check_gradients_finite();
     }
     double grad_norm = 0;
     {
       const StepProfile::Scope timed(t.profile.get(), "optimizer (clip, AdamW)", Phase::update);
-      grad_norm = t.optimizer->step(step);
+      grad_norm = sharded != nullptr ? t.sharded_optimizer->step(step) : t.optimizer->step(step);
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     const double tokens_per_s = tokens_per_step / seconds;
     const double gflops = flops_per_token ? *flops_per_token * tokens_per_s / 1e9 : -1.0;
     result.losses.push_back(loss);
     boost::json::object record{{"event", "step"},        {"step", step + 1},
-                               {"loss", loss},           {"lr", t.optimizer->last_lr()},
+                               {"loss", loss},           {"lr", t.last_lr()},
                                {"grad_norm", grad_norm}, {"tokens_per_s", tokens_per_s},
                                {"step_seconds", seconds}};
     if (gflops >= 0) record["gflops_per_s"] = gflops;
-    if (t.reducer) record["buckets_started_in_backward"] = static_cast<int64_t>(t.reducer->started_early());
     t.plugin_metrics->take_step(record);
-    t.write_metrics(record, events);
-    if (t.writer) progress.step(step, loss, t.optimizer->last_lr(), tokens_per_s, gflops);
     const int64_t done = step + 1;
+    if (done % t.log_interval == 0 || done == t.steps) record["memory_per_rank"] = t.memory_per_rank();
+    t.write_metrics(record, events);
+    if (t.writer) progress.step(step, loss, t.last_lr(), tokens_per_s, gflops);
     if (t.profile) {
       t.profile->end_step(seconds);
       if (done % t.log_interval == 0 || done == t.steps) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 
+#include "engine/checkpoint_io.hpp"
 #include "engine/trainer_impl.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "plexus/core/checkpoint/stored_tensor.hpp"
@@ -18,7 +19,7 @@
 #include "plexus/core/logging.hpp"
 
 namespace plexus {
-namespace {
+namespace checkpoint_io {
 
 // The bytes of a tensor for the writer, as `form` stores it: its own memory on the CPU, a host
 // copy on a device, transposed where the checkpoint's layout differs from memory (copies are
@@ -48,12 +49,6 @@ checkpoint::TensorData tensor_data(const std::string& name, const Tensor& t, che
   return tensor_data(checkpoint::stored_form(name, t.shape(), style), t, staged);
 }
 
-// A tensor every rank of a group holds a different one of (of the same shape): an MoE layer's
-// experts under expert parallelism.
-struct NamedTensor {
-  std::string name;
-  Tensor value;
-};
 
 // Every rank's name of the group, in group-rank order, on every rank (as fixed-size records).
 std::vector<std::string> gather_names(const distributed::Communicator& group, const std::string& name) {
@@ -143,9 +138,20 @@ void report_earlier_layout(const std::filesystem::path& dir, const std::vector<s
                           "\" existed: read in that layout; new checkpoints store Megatron's [n*n+2n, n*C]");
 }
 
-}  // namespace
+}  // namespace checkpoint_io
+
+using namespace checkpoint_io;
+
+boost::json::object Trainer::Impl::checkpoint_state(int64_t steps_done) const {
+  return {{"format", "plexus-checkpoint-1"},
+          {"step", steps_done},
+          {"data_position", steps_done * dp_size * microbatches * micro_batch_size},
+          {"global_microbatches", dp_size * microbatches},
+          {"config", run_config}};
+}
 
 std::filesystem::path Trainer::Impl::save_checkpoint(int64_t steps_done) {
+  if (model->sharded() != nullptr) return save_sharded_checkpoint(steps_done);
   const std::filesystem::path root = output_dir / "checkpoints";
   // Under expert parallelism a rank holds only its experts (the parameters whose gradients go
   // over a group other than dp): rank 0 gathers them from its "ep" group, which holds every
@@ -189,11 +195,7 @@ std::filesystem::path Trainer::Impl::save_checkpoint(int64_t steps_done) {
             .push_back(tensor_data(g.name, g.value, checkpoint_names, staged));
       }
   }
-  const boost::json::object state{{"format", "plexus-checkpoint-1"},
-                                  {"step", steps_done},
-                                  {"data_position", steps_done * dp_size * microbatches * micro_batch_size},
-                                  {"global_microbatches", dp_size * microbatches},
-                                  {"config", run_config}};
+  const boost::json::object state = checkpoint_state(steps_done);
   std::filesystem::path dir =
       checkpoint::write_checkpoint(root, steps_done, model_tensors, optimizer_tensors, state,
                                    {{checkpoint::kLinearLayoutKey, checkpoint::kLinearLayoutOutIn}});
@@ -290,6 +292,19 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
   if (!differences.empty())
     throw CheckpointError(dir,
                           "the checkpoint is of a different model than this run's config:" + differences);
+  if (model->sharded() != nullptr) {
+    load_sharded_tensors(dir, loaded);
+  } else {
+    load_tensors(dir, loaded);
+  }
+  start_step = loaded.step;
+  if (start_step > steps)
+    throw CheckpointError(dir.string(), "checkpoint is at step " + std::to_string(start_step) +
+                                            ", past train.steps (" + std::to_string(steps) + ")");
+  log_info("trainer", "resumed from " + dir.string() + " at step " + std::to_string(start_step));
+}
+
+void Trainer::Impl::load_tensors(const std::filesystem::path& dir, const checkpoint::LoadedCheckpoint& loaded) {
   ParameterStore& params = model->parameters();
   std::vector<std::pair<std::string, Tensor*>> parameters;
   for (std::size_t i = 0; i < params.size(); ++i) parameters.emplace_back(params[i].name, &params[i].value);
@@ -318,11 +333,6 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
   for (std::size_t i = 0; i < moments.size(); ++i)
     copy_into(*moments[i].second, loaded.optimizer, stored_moments[i]);
   report_earlier_layout(dir, earlier_parameters, earlier_moments);
-  start_step = loaded.step;
-  if (start_step > steps)
-    throw CheckpointError(dir.string(), "checkpoint is at step " + std::to_string(start_step) +
-                                            ", past train.steps (" + std::to_string(steps) + ")");
-  log_info("trainer", "resumed from " + dir.string() + " at step " + std::to_string(start_step));
 }
 
 }  // namespace plexus

@@ -7,9 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/gradient_reducer.hpp"
+#include "engine/sharded_adamw.hpp"
 #include "engine/plugin_metrics.hpp"
 #include "engine/progress.hpp"
+#include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "plexus/core/checkpoint/tensor_names.hpp"
 #include "plexus/core/engine/step_profile.hpp"
 #include "plexus/core/engine/trainer.hpp"
@@ -24,7 +25,12 @@ struct Trainer::Impl {
   std::unique_ptr<Model> model;
   std::unique_ptr<ConfigHandle> scheduler_config;
   std::unique_ptr<SchedulerInstance> scheduler;
-  std::unique_ptr<AdamW> optimizer;
+  std::unique_ptr<AdamW> optimizer;  // one data-parallel rank: the whole model here
+  // More than one: the parameters live with a data-parallel strategy (Model::sharded()), and the
+  // optimizer updates this rank's shards.
+  std::unique_ptr<ConfigHandle> strategy_config;
+  std::unique_ptr<ShardedAdamW> sharded_optimizer;
+  double last_lr() const { return sharded_optimizer ? sharded_optimizer->last_lr() : optimizer->last_lr(); }
 
   int64_t steps = 0, microbatches = 1, micro_batch_size = 1, seq_length = 1;
   int64_t eval_interval = 0, eval_iters = 1, log_interval = 1;
@@ -41,14 +47,20 @@ struct Trainer::Impl {
   const distributed::Runtime* runtime = nullptr;
   const distributed::Communicator* dp = nullptr;  // nullptr: a single data-parallel rank
   int64_t dp_rank = 0, dp_size = 1;
-  // MoE experts divided over an ep group of more than one rank: every forward is collective over
-  // it, so each rank runs the same forwards (evaluation rounds, the sample) as the others.
-  bool experts_divided = false;
+  // MoE experts divided over an ep group of more than one rank, or parameters gathered for each
+  // forward (ZeRO-3): every forward is collective, so each rank runs the same forwards
+  // (evaluation rounds, the sample) as the others.
+  bool collective_forward = false;
   bool writer = true;  // world rank 0: metrics, progress, samples, checkpoints
-  std::unique_ptr<GradientReducer> reducer;
   std::unique_ptr<StepProfile> profile;  // train.profile; nullptr when off
   double over_ranks(double value, distributed::ReduceOp op) const;  // dp group; itself on one rank
   void barrier() const;
+  // Under a strategy: every rank's shards checked; throws NonFiniteError on every rank when any
+  // rank finds a non-finite gradient (that rank names the parameter).
+  void check_sharded_gradients_finite() const;
+  // Per data-parallel rank: bytes of parameters, gradients and optimizer state held now, and the
+  // peak resident memory of the process (collective over dp).
+  boost::json::array memory_per_rank() const;
 
   std::ofstream metrics;
   std::unique_ptr<PluginMetrics> plugin_metrics;  // the plugins' report_metric values, per step
@@ -60,6 +72,11 @@ struct Trainer::Impl {
   // trainer_checkpoint.cpp
   std::filesystem::path save_checkpoint(int64_t steps_done);
   void load_checkpoint(const std::filesystem::path& dir);
+  void load_tensors(const std::filesystem::path& dir, const checkpoint::LoadedCheckpoint& loaded);
+  // trainer_checkpoint_sharded.cpp: the same files, streamed unit by unit through the strategy.
+  std::filesystem::path save_sharded_checkpoint(int64_t steps_done);
+  void load_sharded_tensors(const std::filesystem::path& dir, const checkpoint::LoadedCheckpoint& loaded);
+  boost::json::object checkpoint_state(int64_t steps_done) const;
   // trainer_stop.cpp
   // Collective over the dp group when events.stop_signal is set: whether any rank asked to
   // stop, the same answer on every rank. `steps_done` goes into it.

@@ -5,6 +5,7 @@
 
 #include "plexus/core/engine/decoder_plan.hpp"
 #include "plexus/core/logging.hpp"
+#include "plexus/data_parallel.h"
 #include "plexus/stack.h"
 
 namespace fs = std::filesystem;
@@ -23,8 +24,9 @@ struct ComponentSection {
   const char* key = "component";     // the key naming the component
   const char* enabled_by = nullptr;  // a boolean key in the section that must be true
 };
-constexpr std::array<ComponentSection, 7> kComponentSections = {
+constexpr std::array<ComponentSection, 8> kComponentSections = {
     {{"scheduler", PLX_KIND_SCHEDULER},
+     {"distributed.data_parallel", PLX_KIND_DATA_PARALLEL},
      {"model.embedding", PLX_KIND_LAYER},
      {"model.attention", PLX_KIND_LAYER},
      {"model.mlp", PLX_KIND_LAYER},
@@ -73,6 +75,11 @@ void load_configured_plugins(PluginHost& host, const boost::json::value& run_con
   const auto& stack = run_config.at("model").at("stack");
   ensure_component(host, PLX_KIND_STACK, std::string(stack.at("component").as_string()), "model.stack.component",
                    options, run_config);
+  // The data-parallel strategy likewise (its plugin is small, and loading it always lets a config
+  // be checked whole on one process).
+  const auto& data_parallel = run_config.at("distributed").at("data_parallel");
+  ensure_component(host, PLX_KIND_DATA_PARALLEL, std::string(data_parallel.at("component").as_string()),
+                   "distributed.data_parallel.component", options, run_config);
   for (const DecoderLayerPlan& layer : plan_decoder(host, run_config, false).layers)
     ensure_component(host, PLX_KIND_LAYER, layer.component,
                      layer.component_key + " (pattern symbol '" + layer.symbol + "')", options, run_config);

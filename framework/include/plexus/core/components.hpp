@@ -11,6 +11,7 @@
 
 #include "plexus/core/host_services.hpp"
 #include "plexus/core/plugin_host.hpp"
+#include "plexus/data_parallel.h"
 #include "plexus/layer.h"
 #include "plexus/scheduler.h"
 
@@ -77,6 +78,39 @@ class SchedulerInstance {
   const Component* component_;
   const plx_scheduler_v1* table_;
   void* scheduler_ = nullptr;
+};
+
+// A data-parallel strategy (plexus/data_parallel.h): where parameters, gradients and optimizer
+// state live across the data-parallel ranks, and their communication.
+class DataParallelInstance {
+ public:
+  DataParallelInstance(const Component& component, plx_config config, const plx_dp_setup& setup);
+  ~DataParallelInstance();
+  DataParallelInstance(const DataParallelInstance&) = delete;
+  DataParallelInstance& operator=(const DataParallelInstance&) = delete;
+
+  plx_dp_layout layout(uint32_t unit) const;
+  DLTensor acquire(uint32_t unit, uint32_t purpose) const;
+  void release(uint32_t unit, uint32_t purpose) const;
+  void prefetch(uint32_t unit, uint32_t purpose) const;
+  void begin_step() const;
+  DLTensor grads(uint32_t unit) const;
+  void grads_ready(uint32_t unit, bool last) const;
+  void finish_grads() const;
+  struct Shard {
+    DLTensor values{};
+    DLTensor grads{};
+  };
+  Shard shard(uint32_t unit) const;
+  void after_update() const;
+  void gather(uint32_t unit, const DLTensor& shard, DLTensor& full) const;
+  plx_dp_memory memory() const;
+  const Component& component() const noexcept { return *component_; }
+
+ private:
+  const Component* component_;
+  const plx_data_parallel_v1* table_;
+  void* strategy_ = nullptr;
 };
 
 }  // namespace plexus

@@ -53,6 +53,11 @@ std::filesystem::path write_checkpoint(const std::filesystem::path& root, std::i
                                        const boost::json::value& state,
                                        const std::map<std::string, std::string>& metadata = {});
 
+// What a rank that does not write runs beside the one that calls write_checkpoint: every fill of
+// the tensors (TensorData::fill), in the order write_checkpoint calls them, the bytes discarded.
+// Fills that communicate (a sharded model gathered unit by unit) thus meet on every rank.
+void run_checkpoint_fills(std::span<const TensorData> model_tensors, std::span<const TensorData> optimizer_tensors);
+
 // Writes a checkpoint into the directory dir, which must not exist (tools that derive a
 // checkpoint from another, such as `plexus checkpoint convert`, never replace anything): the files
 // are written under ".<name>.partial-<pid>" beside it, COMPLETE last, then the directory is renamed

@@ -100,6 +100,10 @@ struct TensorData {
   DType dtype = DType::f32;
   std::vector<std::int64_t> shape;  // {} for a scalar
   std::span<const std::byte> bytes;  // element_count(shape) * dtype_size(dtype) bytes, row-major
+  // Instead of `bytes` (left empty): fills the tensor's bytes when the writer reaches it, so a
+  // file larger than memory is written piece by piece (a sharded model gathered unit by unit).
+  // Called once, in the file's storage order.
+  std::function<void(std::span<std::byte>)> fill{};
 };
 
 // Collects tensors and metadata and writes them as one safetensors file.

@@ -25,7 +25,6 @@ namespace plexus::distributed {
 struct Settings {
   std::string comm;      // component of kind comm: "local", "mpi", "nccl" or a third party's
   double timeout_s = 0;  // 0: no limit
-  double bucket_mb = 4;  // gradient all-reduce bucket size
   boost::json::value comm_options;
 
   // Throws config::ConfigError naming the key.

@@ -71,6 +71,10 @@ class NonFiniteError : public std::runtime_error {
 };
 
 class StepProfile;
+class ShardedParameters;
+namespace distributed {
+class Runtime;
+}
 enum class UnitRole;
 
 class Model {
@@ -99,6 +103,17 @@ class Model {
   // Times every unit's forward and backward and every mHC connection of training microbatches
   // into `profile` (nullptr: off); evaluation is not timed.
   void set_profile(StepProfile* profile) noexcept { profile_ = profile; }
+
+  // Hands the parameters to a data-parallel strategy component (plexus/data_parallel.h), after
+  // initialize(): the model is cut into FSDP units (the embedding; every `layers_per_unit`
+  // logical decoder layers; the final norm with the head), whose whole values exist while a
+  // unit's forward or backward runs, and whose gradients go to the strategy as each unit's
+  // backward completes. Throws config::ConfigError for a unit size that does not divide the
+  // decoder's logical layers or that would make the whole decoder one unit.
+  void shard_parameters(const Component& strategy, plx_config options, int64_t layers_per_unit,
+                        const distributed::Runtime& runtime);
+  ShardedParameters* sharded() noexcept { return sharded_.get(); }
+  const ShardedParameters* sharded() const noexcept { return sharded_.get(); }
 
   // Forward only; returns the loss.
   double evaluate(const Batch& batch);
@@ -139,6 +154,7 @@ class Model {
                   uint32_t layer_index, const std::string& connection_prefix);
   void forward_stage(Run& run, uint32_t unit, uint32_t stage);
   void backward_stage(Run& run, uint32_t unit, uint32_t stage);
+  void refresh_views(Unit& unit);
   std::unique_ptr<Run> start_run(const Batch& batch, bool training, uint32_t microbatch, double loss_scale);
   void run_forward(Run& run);
 
@@ -164,6 +180,11 @@ class Model {
   GradientReadyHook gradient_ready_;
   StepProfile* profile_ = nullptr;
   std::vector<int64_t> gradient_pending_;  // per parameter: unit backwards still to come this step
+  // Under a data-parallel strategy: the FSDP unit of each physical unit, and whether it is the
+  // first or last physical unit of it (where its values are acquired and released).
+  std::unique_ptr<ShardedParameters> sharded_;
+  std::vector<std::size_t> fsdp_of_;
+  std::vector<bool> fsdp_first_, fsdp_last_;
   void unit_backward_done(const Unit& unit);
   friend struct ScheduleEnvBridge;
   friend struct MhcStep;

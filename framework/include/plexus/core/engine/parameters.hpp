@@ -22,8 +22,16 @@ struct Parameter {
   double init_b = 0;
   std::string declared_by;  // the unit that declared it first (for messages)
   std::string grad_group;   // the group its gradient is averaged over (plx_param_spec.grad_group; "dp")
+  std::vector<int64_t> shape;  // as declared; value and grad have it whenever they are not empty
+  // Under a data-parallel strategy value and grad are views into the strategy's buffers while
+  // their unit is acquired, and empty otherwise (engine/sharded_parameters.hpp).
   Tensor value;
   Tensor grad;
+  int64_t numel() const noexcept {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
   bool decays() const noexcept { return (flags & PLX_PARAM_NO_WEIGHT_DECAY) == 0; }
 };
 

@@ -25,6 +25,9 @@ class Tensor {
   // would be one more pass over memory that is overwritten anyway).
   static Tensor uninitialized(std::vector<int64_t> shape, DLDataType dtype,
                               DLDevice device = DLDevice{kDLCPU, 0});
+  // A view of memory owned elsewhere (a data-parallel strategy's unit buffer): never freed here,
+  // valid while its owner keeps the memory.
+  static Tensor borrowed(void* data, std::vector<int64_t> shape, DLDataType dtype, DLDevice device);
 
   const std::vector<int64_t>& shape() const noexcept { return shape_; }
   DLDataType dtype() const noexcept { return dtype_; }
@@ -52,6 +55,7 @@ class Tensor {
 
   struct Free {
     DLDevice device;  // no initializer: it would make Tensor() ill-formed while Free is nested
+    bool borrowed;    // memory owned elsewhere: not freed
     void operator()(void* p) const noexcept;
   };
   std::vector<int64_t> shape_;
