@@ -256,4 +256,12 @@ BOOST_AUTO_TEST_CASE(calls_out_of_order_or_out_of_range_are_refused) {
   const Outcome unready = s.try_finish_grads();
   BOOST_TEST(unready.says("the gradients of unit 'decoder.layers.0' were handed out by grads but never marked ready"),
              unready.message);
+
+  // DDP averages at the last grads_ready only: a step without one is refused, not left local.
+  Strategy ddp(fsdp(), options_for("no_shard"), one_unit());
+  ddp.begin_step();
+  ddp.grads(0);
+  ddp.grads_ready(0, false);
+  const Outcome never_last = ddp.try_finish_grads();
+  BOOST_TEST(never_last.says("unit 'decoder.layers.0' were never marked the step's last"), never_last.message);
 }

@@ -189,6 +189,7 @@ void FsdpStrategy::begin_step() {
     if (u.grad_shard) zero_elements(u.device, u.grad_shard.data(), u.grad_shard.numel());
     u.contributed = false;
     u.last_seen = false;
+    u.touched = false;
   }
 }
 
@@ -202,6 +203,7 @@ void FsdpStrategy::grads(uint32_t unit, DLTensor& out_grads) {
     if (!u.grads) u.grads = Buffer(u.device, u.layout.padded_numel, Holds::grads, ledger_);
   }
   u.contributed = true;
+  u.touched = true;
   out_grads = flat_view(u.grads.data(), 0, u.layout.padded_numel, u.device, &u.grads_shape);
 }
 
@@ -240,6 +242,11 @@ void FsdpStrategy::finish_grads() {
     if (u.contributed || (u.sharded_grads() && u.grads))
       throw Error(PLX_ERR_INVALID_ARGUMENT, "the gradients of " + quoted(u) +
                                                 " were handed out by grads but never marked ready (grads_ready)");
+    // no_shard and optim reduce only at the last grads_ready: without it nothing was averaged.
+    if (!u.sharded_grads() && u.touched && !u.last_seen)
+      throw Error(PLX_ERR_INVALID_ARGUMENT, "the gradients of " + quoted(u) +
+                                                " were never marked the step's last (grads_ready with last != 0), "
+                                                "so they were never averaged");
     if (u.grad_scale == 1.0) continue;
     if (u.mode == Strategy::no_shard)
       scale_elements(u.device, u.grads.data(), u.grad_scale, u.layout.padded_numel);

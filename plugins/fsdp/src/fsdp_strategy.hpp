@@ -39,6 +39,7 @@ struct Unit {
   std::array<uint32_t, 4> held{};  // acquires not yet released, by purpose
   bool contributed = false;        // grads() handed out since the last reduction started
   bool last_seen = false;          // grads_ready(last) came this step
+  bool touched = false;            // grads() handed out this step
 
   // Shapes of the views handed out (a view's shape must outlive it).
   int64_t values_shape = 0, grads_shape = 0, shard_values_shape = 0, shard_grads_shape = 0;
