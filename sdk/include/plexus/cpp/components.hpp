@@ -1,4 +1,5 @@
-// Plexus SDK C++ helpers: schedulers, topology providers and fusion backends as classes.
+// Plexus SDK C++ helpers: schedulers, topology providers, fusion backends, stacks and
+// data-parallel strategies as classes.
 #ifndef PLEXUS_CPP_COMPONENTS_HPP
 #define PLEXUS_CPP_COMPONENTS_HPP
 
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "plexus/cpp/error.hpp"
+#include "plexus/data_parallel.h"
 #include "plexus/fusion.h"
 #include "plexus/plugin.h"
 #include "plexus/scheduler.h"
@@ -115,6 +117,79 @@ template <class T>
 plx_component_desc stack_component(const char* name, const char* description, const char* config_schema = nullptr) {
   return plx_component_desc{sizeof(plx_component_desc), PLX_KIND_STACK, name, description, config_schema,
                             &detail::StackTrampolines<T>::table};
+}
+
+// ---- data-parallel strategy: T(plx_config, const plx_dp_setup&) with one method per table entry ----
+// T provides: layout(uint32_t unit) -> plx_dp_layout; acquire(unit, purpose, DLTensor&);
+// release(unit, purpose); prefetch(unit, purpose); begin_step(); grads(unit, DLTensor&);
+// grads_ready(unit, bool last); finish_grads(); shard(unit, DLTensor& values, DLTensor& grads);
+// after_update(); gather(unit, const DLTensor& shard, DLTensor& full); memory() -> plx_dp_memory.
+namespace detail {
+template <class T>
+struct DataParallelTrampolines {
+  static T& self(void* s) { return *static_cast<T*>(s); }
+  template <class Out>
+  static Out& out(Out* p) {
+    if (p == nullptr) throw Error(PLX_ERR_INVALID_ARGUMENT, "null output");
+    return *p;
+  }
+  static plx_status create(plx_config config, const plx_dp_setup* setup, void** out_strategy) noexcept {
+    return guard("create", [&] {
+      if (setup == nullptr) throw Error(PLX_ERR_INVALID_ARGUMENT, "null setup");
+      out(out_strategy) = std::make_unique<T>(config, *setup).release();
+    });
+  }
+  static void destroy(void* s) noexcept { std::unique_ptr<T> owned(static_cast<T*>(s)); }
+  static plx_status layout(void* s, uint32_t unit, plx_dp_layout* o) noexcept {
+    return guard("layout", [&] { write_out(o, self(s).layout(unit)); });
+  }
+  static plx_status acquire(void* s, uint32_t unit, uint32_t purpose, DLTensor* values) noexcept {
+    return guard("acquire", [&] { self(s).acquire(unit, purpose, out(values)); });
+  }
+  static plx_status release(void* s, uint32_t unit, uint32_t purpose) noexcept {
+    return guard("release", [&] { self(s).release(unit, purpose); });
+  }
+  static plx_status prefetch(void* s, uint32_t unit, uint32_t purpose) noexcept {
+    return guard("prefetch", [&] { self(s).prefetch(unit, purpose); });
+  }
+  static plx_status begin_step(void* s) noexcept {
+    return guard("begin_step", [&] { self(s).begin_step(); });
+  }
+  static plx_status grads(void* s, uint32_t unit, DLTensor* g) noexcept {
+    return guard("grads", [&] { self(s).grads(unit, out(g)); });
+  }
+  static plx_status grads_ready(void* s, uint32_t unit, int32_t last) noexcept {
+    return guard("grads_ready", [&] { self(s).grads_ready(unit, last != 0); });
+  }
+  static plx_status finish_grads(void* s) noexcept {
+    return guard("finish_grads", [&] { self(s).finish_grads(); });
+  }
+  static plx_status shard(void* s, uint32_t unit, DLTensor* values, DLTensor* g) noexcept {
+    return guard("shard", [&] { self(s).shard(unit, out(values), out(g)); });
+  }
+  static plx_status after_update(void* s) noexcept {
+    return guard("after_update", [&] { self(s).after_update(); });
+  }
+  static plx_status gather(void* s, uint32_t unit, const DLTensor* shard_part, DLTensor* full) noexcept {
+    return guard("gather", [&] {
+      if (shard_part == nullptr) throw Error(PLX_ERR_INVALID_ARGUMENT, "null shard tensor");
+      self(s).gather(unit, *shard_part, out(full));
+    });
+  }
+  static plx_status memory(void* s, plx_dp_memory* o) noexcept {
+    return guard("memory", [&] { write_out(o, self(s).memory()); });
+  }
+  static inline const plx_data_parallel_v1 table = {
+      sizeof(plx_data_parallel_v1), 0, &create, &destroy, &layout, &acquire, &release, &prefetch, &begin_step,
+      &grads, &grads_ready, &finish_grads, &shard, &after_update, &gather, &memory};
+};
+}  // namespace detail
+
+template <class T>
+plx_component_desc data_parallel_component(const char* name, const char* description,
+                                           const char* config_schema = nullptr) {
+  return plx_component_desc{sizeof(plx_component_desc), PLX_KIND_DATA_PARALLEL, name, description, config_schema,
+                            &detail::DataParallelTrampolines<T>::table};
 }
 
 }  // namespace plexus::sdk
