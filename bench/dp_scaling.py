@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Data-parallel scaling of plexus-train on this machine: the same tokens per step trained by one
-process (one thread, then every core) and by N ranks under mpirun (one thread each), with the
-gradient all-reduce in one bucket after backward and in small buckets during backward.
+process (one thread, then every core) and by N ranks under mpirun (one thread each, DDP: the fsdp
+strategy no_shard, each unit's gradients all-reduced as soon as its backward is done).
 
   /usr/bin/python3 bench/dp_scaling.py [--ranks 2] [--steps 40] [--repeats 2] [--data build/data/fortunes]
 
@@ -21,12 +21,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(ROOT, "build", "bin", "plexus-train")
 
 
-def run(label, ranks, microbatches, bucket_mb, threads, args, out_root):
+def run(label, ranks, microbatches, threads, args, out_root):
     out = os.path.join(out_root, label)
     shutil.rmtree(out, ignore_errors=True)
     cmd = [TRAIN, "--set", f"data.path={args.data}", "--set", f"run.output_dir={out}",
            "--set", f"train.steps={args.steps}", "--set", "train.eval_interval=0", "--set", "sample.tokens=0",
-           "--set", f"train.microbatches={microbatches}", "--set", f"distributed.bucket_mb={bucket_mb}"]
+           "--set", f"train.microbatches={microbatches}"]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     if ranks > 1:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -37,8 +37,7 @@ def run(label, ranks, microbatches, bucket_mb, threads, args, out_root):
     with open(os.path.join(out, "metrics.jsonl")) as f:
         steps = [r for r in map(json.loads, f) if r["event"] == "step"][10:]
     return (statistics.median(r["step_seconds"] for r in steps) * 1e3,
-            statistics.median(r["tokens_per_s"] for r in steps),
-            steps[-1].get("buckets_started_in_backward"))
+            statistics.median(r["tokens_per_s"] for r in steps))
 
 
 def main():
@@ -47,30 +46,27 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--data", default=os.path.join(ROOT, "build", "data", "fortunes"))
-    ap.add_argument("--small-bucket-mb", type=float, default=0.25)
     args = ap.parse_args()
     if args.steps <= 10:
         sys.exit("dp_scaling.py: --steps must exceed 10 (the first 10 are warm-up)")
     n = args.ranks
     cores = os.cpu_count() or 1
     runs = [
-        (f"1 process, 1 thread, {n} microbatches", 1, n, 1000, 1),
-        (f"1 process, {cores} threads, {n} microbatches", 1, n, 1000, cores),
-        (f"{n} ranks x 1 thread, 1 bucket after backward", n, 1, 1000, 1),
-        (f"{n} ranks x 1 thread, {args.small_bucket_mb} MiB buckets in backward", n, 1, args.small_bucket_mb, 1),
+        (f"1 process, 1 thread, {n} microbatches", 1, n, 1),
+        (f"1 process, {cores} threads, {n} microbatches", 1, n, cores),
+        (f"{n} ranks x 1 thread, 1 microbatch (DDP)", n, 1, 1),
     ]
     with tempfile.TemporaryDirectory() as out_root:
         results = {}
         for _ in range(args.repeats):
-            for i, (label, ranks, mb, bucket, threads) in enumerate(runs):
-                results.setdefault(i, []).append(run(f"run{i}", ranks, mb, bucket, threads, args, out_root))
+            for i, (label, ranks, mb, threads) in enumerate(runs):
+                results.setdefault(i, []).append(run(f"run{i}", ranks, mb, threads, args, out_root))
     base = statistics.median(r[1] for r in results[0])
-    print(f"{'run (same tokens per step)':<52} {'step ms':>9} {'tokens/s':>10} {'vs 1 thread':>12} {'buckets early':>14}")
+    print(f"{'run (same tokens per step)':<52} {'step ms':>9} {'tokens/s':>10} {'vs 1 thread':>12}")
     for i, (label, *_rest) in enumerate(runs):
         ms = statistics.median(r[0] for r in results[i])
         tps = statistics.median(r[1] for r in results[i])
-        early = results[i][-1][2]
-        print(f"{label:<52} {ms:9.1f} {tps:10.0f} {tps / base:11.2f}x {'' if early is None else early:>14}")
+        print(f"{label:<52} {ms:9.1f} {tps:10.0f} {tps / base:11.2f}x")
 
 
 if __name__ == "__main__":

@@ -141,7 +141,7 @@ BOOST_AUTO_TEST_CASE(four_ranks_match_ddp_and_hold_a_quarter_of_its_memory) {
   const int64_t padding = units * 4 * 16 * 4;
   for (std::size_t r = 0; r < 4; ++r) {
     const auto zero1 = memory_of(root / "optim", r);
-    BOOST_TEST(bytes(zero1, "parameter_bytes") == ddp_params);
+    BOOST_TEST(bytes(zero1, "parameter_bytes") <= ddp_params + padding);
     BOOST_TEST(bytes(zero1, "optimizer_bytes") <= 2 * (ddp_params + padding) / 4);
     const auto zero2 = memory_of(root / "optim_grads", r);
     BOOST_TEST(bytes(zero2, "gradient_bytes") <= (ddp_params + padding) / 4);
@@ -149,9 +149,11 @@ BOOST_AUTO_TEST_CASE(four_ranks_match_ddp_and_hold_a_quarter_of_its_memory) {
     const auto zero3 = memory_of(root / "optim_grads_params", r);
     BOOST_TEST(bytes(zero3, "parameter_bytes") <= (ddp_params + padding) / 4);
     BOOST_TEST(bytes(zero3, "peak_parameter_bytes") <= (ddp_params + padding) / 4 + 2 * largest_unit);
-    const int64_t held = bytes(zero3, "peak_parameter_bytes") + bytes(zero3, "peak_gradient_bytes") +
-                         bytes(zero3, "optimizer_bytes");
+    // At the busiest moment of backward: the shards, the computing unit's values and gradients,
+    // the prefetched unit's values and the gradients of the unit still being reduce-scattered.
+    const int64_t held = bytes(zero3, "peak_parameter_and_gradient_bytes") + bytes(zero3, "optimizer_bytes");
     BOOST_TEST(held <= (4 * ddp_params + 4 * padding) / 4 + 4 * largest_unit, "rank " << r << " holds " << held);
+    BOOST_TEST_MESSAGE("rank " << r << ": ZeRO-3 holds at most " << held << " bytes against DDP's " << 4 * ddp_params);
     BOOST_TEST(bytes(zero3, "peak_resident_bytes") > 0);
   }
 }

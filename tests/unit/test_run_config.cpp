@@ -6,18 +6,23 @@
 #include <string>
 
 #include "plexus/core/run_config.hpp"
+#include "plexus/data_parallel.h"
 #include "temp_dir.hpp"
 
 BOOST_AUTO_TEST_CASE(embedded_default_validates_and_names_the_scheduler) {
   const auto config = plexus::load_run_config(std::nullopt, {});
   const auto refs = plexus::component_refs(config);
-  BOOST_TEST_REQUIRE(refs.size() == 6U);  // the scheduler and the model's five layer sections
+  // The scheduler, the data-parallel strategy and the model's five layer sections.
+  BOOST_TEST_REQUIRE(refs.size() == 7U);
   BOOST_TEST(refs[0].section == "scheduler");
   BOOST_TEST(refs[0].kind == static_cast<uint32_t>(PLX_KIND_SCHEDULER));
   BOOST_TEST(refs[0].name == "sequential");
-  BOOST_TEST(refs[1].section == "model.embedding");
-  BOOST_TEST(refs[1].kind == static_cast<uint32_t>(PLX_KIND_LAYER));
-  BOOST_TEST(refs[5].name == "transformer.lm_head");
+  BOOST_TEST(refs[1].section == "distributed.data_parallel");
+  BOOST_TEST(refs[1].kind == static_cast<uint32_t>(PLX_KIND_DATA_PARALLEL));
+  BOOST_TEST(refs[1].name == "fsdp");
+  BOOST_TEST(refs[2].section == "model.embedding");
+  BOOST_TEST(refs[2].kind == static_cast<uint32_t>(PLX_KIND_LAYER));
+  BOOST_TEST(refs[6].name == "transformer.lm_head");
   BOOST_TEST(config.at("plugins").at("allow_world_writable") == false);  // default filled
 }
 

@@ -311,16 +311,9 @@ void Model::backward_stage(Run& run, uint32_t u, uint32_t stage) {
     const StepProfile::Scope reduce(profile_, "gradient reduction (start)", Phase::backward);
     sharded_->end_backward(fsdp_of_[u]);
   }
-  unit_backward_done(unit);
   --run.backward_unit;
   if (run.backward_unit >= 0)
     run.backward_stage = static_cast<uint32_t>(units_[run.backward_unit]->stages.size()) - 1;
-}
-
-void Model::unit_backward_done(const Unit& unit) {
-  if (gradient_pending_.empty()) return;
-  for (std::size_t i : unit.gradient_params)
-    if (--gradient_pending_[i] == 0 && gradient_ready_) gradient_ready_(i);
 }
 
 void Model::run_forward(Run& run) {

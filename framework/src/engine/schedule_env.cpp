@@ -88,10 +88,6 @@ struct ScheduleEnvBridge {
 double Model::forward_backward(const SchedulerInstance& scheduler, const std::vector<Batch>& microbatches) {
   if (microbatches.empty()) throw std::runtime_error("a step needs at least one microbatch");
   runs_.clear();
-  gradient_pending_.assign(params_.size(), 0);
-  for (const auto& unit : units_)
-    for (std::size_t i : unit->gradient_params)
-      gradient_pending_[i] += static_cast<int64_t>(microbatches.size());
   const double scale = 1.0 / static_cast<double>(microbatches.size());
   for (uint32_t i = 0; i < microbatches.size(); ++i)
     runs_.push_back(start_run(microbatches[i], true, i, scale));
@@ -110,7 +106,6 @@ double Model::forward_backward(const SchedulerInstance& scheduler, const std::ve
     scheduler.run_step(env);
   } catch (...) {
     runs_.clear();
-    gradient_pending_.clear();
     if (bridge.error) std::rethrow_exception(bridge.error);
     throw;
   }
@@ -122,7 +117,6 @@ double Model::forward_backward(const SchedulerInstance& scheduler, const std::ve
     loss += run->loss;
   }
   runs_.clear();
-  gradient_pending_.clear();
   if (!std::isfinite(loss)) throw NonFiniteError("non-finite loss");
   return loss / static_cast<double>(microbatches.size());
 }

@@ -177,7 +177,7 @@ void Trainer::Impl::check_sharded_gradients_finite() const {
 
 boost::json::array Trainer::Impl::memory_per_rank() const {
   // Parameters, gradients, optimizer state, the strategy's peaks, and the peak resident memory.
-  constexpr int64_t kFields = 6;
+  constexpr int64_t kFields = 7;
   Tensor mine({kFields}, plx_dtype_f64());
   double* m = mine.data<double>();
   if (const ShardedParameters* sharded = model->sharded()) {
@@ -187,6 +187,7 @@ boost::json::array Trainer::Impl::memory_per_rank() const {
     m[2] = static_cast<double>(sharded_optimizer->state_bytes());
     m[3] = static_cast<double>(held.peak_param_bytes);
     m[4] = static_cast<double>(held.peak_grad_bytes);
+    m[6] = static_cast<double>(held.peak_bytes);
   } else {
     const ParameterStore& params = model->parameters();
     for (std::size_t i = 0; i < params.size(); ++i) {
@@ -196,6 +197,7 @@ boost::json::array Trainer::Impl::memory_per_rank() const {
     m[2] = 2 * m[0];  // AdamW's two moments
     m[3] = m[0];
     m[4] = m[1];
+    m[6] = m[0] + m[1];
   }
   m[5] = static_cast<double>(peak_resident_bytes());
   Tensor all({kFields * dp_size}, plx_dtype_f64());
@@ -212,6 +214,7 @@ boost::json::array Trainer::Impl::memory_per_rank() const {
                                       {"optimizer_bytes", static_cast<int64_t>(v[2])},
                                       {"peak_parameter_bytes", static_cast<int64_t>(v[3])},
                                       {"peak_gradient_bytes", static_cast<int64_t>(v[4])},
+                                      {"peak_parameter_and_gradient_bytes", static_cast<int64_t>(v[6])},
                                       {"peak_resident_bytes", static_cast<int64_t>(v[5])}});
   }
   return out;

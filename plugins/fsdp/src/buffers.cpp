@@ -12,6 +12,7 @@ void Ledger::add(Holds what, uint64_t bytes) noexcept {
   const auto i = static_cast<int>(what);
   now_[i] += bytes;
   peak_[i] = std::max(peak_[i], now_[i]);
+  peak_total_ = std::max(peak_total_, now_[0] + now_[1]);
 }
 
 void Ledger::remove(Holds what, uint64_t bytes) noexcept { now_[static_cast<int>(what)] -= bytes; }
@@ -23,6 +24,7 @@ plx_dp_memory Ledger::snapshot() const noexcept {
   m.grad_bytes = now_[1];
   m.peak_param_bytes = peak_[0];
   m.peak_grad_bytes = peak_[1];
+  m.peak_bytes = peak_total_;
   return m;
 }
 

@@ -21,6 +21,7 @@ class Ledger {
  private:
   uint64_t now_[2] = {0, 0};
   uint64_t peak_[2] = {0, 0};
+  uint64_t peak_total_ = 0;
 };
 
 // `numel` zeroed float32 elements on `device`, freed (and taken off the ledger) on destruction.

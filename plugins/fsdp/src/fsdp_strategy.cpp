@@ -166,11 +166,14 @@ void FsdpStrategy::prefetch(uint32_t unit, uint32_t purpose) {
 // ZeRO-2/3: the reduce-scatter done, its part is added into the shard gradient and the whole
 // buffer it read is freed.
 void FsdpStrategy::fold_reduction(Unit& u) {
+  if (!u.folding) return;
   u.reducing.wait();
-  if (!u.reduced) return;
-  add_elements(u.device, u.grad_shard.data(), u.reduced.data(), u.layout.shard_numel);
-  u.reduced.reset();
+  if (u.reduced) {
+    add_elements(u.device, u.grad_shard.data(), u.reduced.data(), u.layout.shard_numel);
+    u.reduced.reset();
+  }
   u.grads.reset();
+  u.folding = false;
 }
 
 void FsdpStrategy::complete_reduction(Unit& u) {
@@ -181,6 +184,7 @@ void FsdpStrategy::complete_reduction(Unit& u) {
 }
 
 void FsdpStrategy::begin_step() {
+  reducing_.clear();
   for (auto& p : units_) {
     Unit& u = *p;
     complete_reduction(u);
@@ -190,6 +194,8 @@ void FsdpStrategy::begin_step() {
     u.contributed = false;
     u.last_seen = false;
     u.touched = false;
+    u.folding = false;
+    u.shard_zero = true;
   }
 }
 
@@ -222,14 +228,28 @@ void FsdpStrategy::grads_ready(uint32_t unit, bool last) {
       check_host(host.all_reduce(host.ctx, u.group, &send, &send, PLX_REDUCE_AVG, nullptr, &request));
     } else {
       Buffer* target = &u.grad_shard;
-      if (u.sharded_grads()) {
+      // ZeRO-2/3 add each reduction into the shard; the step's first goes straight into it.
+      if (u.sharded_grads() && !u.shard_zero) {
         u.reduced = Buffer(u.device, u.layout.shard_numel, Holds::grads, ledger_);
         target = &u.reduced;
+      }
+      if (u.sharded_grads()) {
+        u.shard_zero = false;
+        u.folding = true;
       }
       DLTensor recv = flat_view(target->data(), 0, u.layout.shard_numel, u.device, &recv_shape);
       check_host(host.reduce_scatter(host.ctx, u.group, &send, &recv, PLX_REDUCE_AVG, nullptr, &request));
     }
     u.reducing = InFlight(request);
+    if (u.sharded_grads()) {
+      // Bounded: older reductions are completed (usually done by now) before backward goes on.
+      std::erase(reducing_, &u);
+      reducing_.push_back(&u);
+      while (reducing_.size() > 1) {
+        fold_reduction(*reducing_.front());
+        reducing_.pop_front();
+      }
+    }
   }
   u.contributed = false;
   u.last_seen = last;
@@ -237,6 +257,7 @@ void FsdpStrategy::grads_ready(uint32_t unit, bool last) {
 
 void FsdpStrategy::finish_grads() {
   for (auto& p : units_) complete_reduction(*p);
+  reducing_.clear();
   for (auto& p : units_) {
     Unit& u = *p;
     if (u.contributed || (u.sharded_grads() && u.grads))

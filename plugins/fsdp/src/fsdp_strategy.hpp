@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,8 @@ struct Unit {
   bool contributed = false;        // grads() handed out since the last reduction started
   bool last_seen = false;          // grads_ready(last) came this step
   bool touched = false;            // grads() handed out this step
+  bool folding = false;            // ZeRO-2/3: a reduce-scatter started and not yet folded in
+  bool shard_zero = true;          // ZeRO-2/3: the shard gradient is still zero this step
 
   // Shapes of the views handed out (a view's shape must outlive it).
   int64_t values_shape = 0, grads_shape = 0, shard_values_shape = 0, shard_grads_shape = 0;
@@ -75,6 +78,9 @@ class FsdpStrategy {
   // The ledger outlives every buffer it counts (declared first, destroyed last).
   Ledger ledger_;
   std::vector<std::unique_ptr<Unit>> units_;
+  // ZeRO-2/3: the units whose reduce-scatter is in flight, oldest first. At most two at once, so
+  // the whole gradient buffers alive during backward are the unit computing and the one reducing.
+  std::deque<Unit*> reducing_;
 };
 
 }  // namespace fsdp

@@ -102,6 +102,7 @@ typedef struct plx_dp_memory {
   uint64_t grad_bytes;
   uint64_t peak_param_bytes; /* the most held at once since create */
   uint64_t peak_grad_bytes;
+  uint64_t peak_bytes;       /* the most values and gradients held together at once */
 } plx_dp_memory;
 
 typedef struct plx_data_parallel_v1 {
@@ -142,7 +143,7 @@ PLX_PIN_SIZE(plx_dp_unit_desc, 56);
 PLX_PIN_OFFSET(plx_dp_setup, units, 8);
 PLX_PIN_SIZE(plx_dp_setup, 32);
 PLX_PIN_SIZE(plx_dp_layout, 32);
-PLX_PIN_SIZE(plx_dp_memory, 40);
+PLX_PIN_SIZE(plx_dp_memory, 48);
 PLX_PIN_OFFSET(plx_data_parallel_v1, create, 8);
 PLX_PIN_OFFSET(plx_data_parallel_v1, memory, 112);
 PLX_PIN_SIZE(plx_data_parallel_v1, 120);

@@ -94,12 +94,6 @@ class Model {
   // Forward and backward of every microbatch in the order the scheduler chooses; gradients
   // accumulate (the caller zeroes them). Returns the mean loss over the microbatches.
   double forward_backward(const SchedulerInstance& scheduler, const std::vector<Batch>& microbatches);
-  // Called during forward_backward once per parameter, as soon as no later backward can add to
-  // its gradient (every unit using it has finished the backward of every microbatch), in the
-  // order backward completes them. Data parallelism starts averaging gradients from here while
-  // backward goes on.
-  using GradientReadyHook = std::function<void(std::size_t parameter)>;
-  void set_gradient_ready_hook(GradientReadyHook hook) { gradient_ready_ = std::move(hook); }
   // Times every unit's forward and backward and every mHC connection of training microbatches
   // into `profile` (nullptr: off); evaluation is not timed.
   void set_profile(StepProfile* profile) noexcept { profile_ = profile; }
@@ -177,15 +171,12 @@ class Model {
   std::vector<std::string> final_norm_aliases_;  // other checkpoint prefixes of the final norm
   std::unique_ptr<ConfigHandle> model_config_;
   std::vector<std::unique_ptr<Run>> runs_;  // microbatches of the current step
-  GradientReadyHook gradient_ready_;
   StepProfile* profile_ = nullptr;
-  std::vector<int64_t> gradient_pending_;  // per parameter: unit backwards still to come this step
   // Under a data-parallel strategy: the FSDP unit of each physical unit, and whether it is the
   // first or last physical unit of it (where its values are acquired and released).
   std::unique_ptr<ShardedParameters> sharded_;
   std::vector<std::size_t> fsdp_of_;
   std::vector<bool> fsdp_first_, fsdp_last_;
-  void unit_backward_done(const Unit& unit);
   friend struct ScheduleEnvBridge;
   friend struct MhcStep;
 };
