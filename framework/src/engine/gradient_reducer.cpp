@@ -39,6 +39,7 @@ GradientReducer::GradientReducer(ParameterStore& params, const distributed::Runt
   const auto limit = static_cast<std::size_t>(bucket_mb * 1024.0 * 1024.0);
   std::size_t bytes = 0;
   for (std::size_t i = params.size(); i-- > 0;) {
+    if (params[i].is_buffer()) continue;  // no gradient to average
     const Tensor& grad = params[i].grad;
     const distributed::Communicator& group = group_of(params[i]);
     const bool fits = !buckets_.empty() && bytes + grad.bytes() <= limit && buckets_.back().group == &group &&

@@ -323,11 +323,19 @@ std::vector<float> Model::next_token_logits(const Batch& batch, int64_t position
 void Model::check_gradients_finite() const {
   for (const auto& unit : units_) {
     for (std::size_t i : unit->params) {
+      if (params_[i].is_buffer()) continue;  // no gradient
       if (const int64_t bad = first_non_finite(params_[i].grad); bad >= 0)
         throw NonFiniteError("non-finite gradient of " + params_[i].name + " (element " +
                              std::to_string(bad) + ") in " + unit->label +
                              ": the first layer with one, in forward order");
     }
+  }
+}
+
+void Model::after_step(int64_t step) {
+  for (const auto& unit : units_) {
+    std::vector<DLTensor> params = unit->param_views;  // the layer may write its buffers through them
+    unit->layer->after_step(step, params);
   }
 }
 

@@ -54,6 +54,9 @@ class Layer {
                               double& /*forward*/, double& /*backward*/) const {
     throw Error(PLX_ERR_UNSUPPORTED, "no FLOP estimate");
   }
+  // ABI 1.5: after each optimizer step, with the parameters (writable: a layer updates its
+  // PLX_PARAM_BUFFER parameters here). Nothing by default.
+  virtual void after_step(const plx_step_args& /*args*/) {}
 };
 
 namespace detail {
@@ -108,9 +111,16 @@ struct LayerTrampolines {
       return guard("estimate_flops", [&] { throw; });
     }
   }
+  static plx_status after_step(void* layer, const plx_step_args* args) noexcept {
+    return guard("after_step", [&] {
+      if (args == nullptr) throw Error(PLX_ERR_INVALID_ARGUMENT, "null argument");
+      self(layer).after_step(*args);
+    });
+  }
   static inline const plx_layer_v1 table = {
-      sizeof(plx_layer_v1), 0, &create, &destroy, &get_info, &get_param, &get_stage, &output_desc,
-      &init_param, &state_create, &state_destroy, &forward, &backward, nullptr, &estimate_flops};
+      sizeof(plx_layer_v1), 0,         &create,       &destroy,  &get_info, &get_param, &get_stage,
+      &output_desc,         &init_param, &state_create, &state_destroy, &forward,  &backward,  nullptr,
+      &estimate_flops,      &after_step};
 };
 }  // namespace detail
 

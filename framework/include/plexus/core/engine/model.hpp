@@ -100,6 +100,10 @@ class Model {
   // into `profile` (nullptr: off); evaluation is not timed.
   void set_profile(StepProfile* profile) noexcept { profile_ = profile; }
 
+  // Calls every layer's after_step (ABI 1.5) once the optimizer has taken step `step` (0-based),
+  // so layers update their buffers (PLX_PARAM_BUFFER) from the step's training forwards.
+  void after_step(int64_t step);
+
   // Forward only; returns the loss.
   double evaluate(const Batch& batch);
   // Forward only; returns the logits [vocab] of position `position` of sequence 0.

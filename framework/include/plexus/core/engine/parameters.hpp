@@ -23,8 +23,11 @@ struct Parameter {
   std::string declared_by;  // the unit that declared it first (for messages)
   std::string grad_group;   // the group its gradient is averaged over (plx_param_spec.grad_group; "dp")
   Tensor value;
-  Tensor grad;
+  Tensor grad;  // empty for a buffer
   bool decays() const noexcept { return (flags & PLX_PARAM_NO_WEIGHT_DECAY) == 0; }
+  // State the layer updates itself (PLX_PARAM_BUFFER): no gradient, no reduction, no optimizer;
+  // checkpointed like a parameter.
+  bool is_buffer() const noexcept { return (flags & PLX_PARAM_BUFFER) != 0; }
 };
 
 class ParameterStore {
