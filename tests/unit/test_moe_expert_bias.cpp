@@ -38,6 +38,7 @@ BOOST_AUTO_TEST_CASE(the_bias_is_a_buffer_under_megatrons_name_only_when_enabled
   BOOST_TEST(bias.desc.dims[0] == 4);
   BOOST_TEST(bias.init == uint32_t{PLX_INIT_ZEROS});
   BOOST_TEST(bias.grad_group == nullptr);  // a buffer is whole on every rank
+  BOOST_TEST(with->has_after_step());        // the C++ helper fills it in: moe.layer overrides it
   moe_test::Config off;
   moe_test::Layer without(off);
   for (uint32_t i = 0; i < without->info().num_params; ++i)

@@ -332,6 +332,12 @@ void Model::check_gradients_finite() const {
   }
 }
 
+bool Model::has_after_step() const {
+  for (const auto& unit : units_)
+    if (unit->layer->has_after_step()) return true;
+  return false;
+}
+
 void Model::after_step(int64_t step) {
   for (const auto& unit : units_) {
     std::vector<DLTensor> params = unit->param_views;  // the layer may write its buffers through them

@@ -297,7 +297,7 @@ TrainResult Trainer::run(const TrainerEvents& events) {
       const StepProfile::Scope timed(t.profile.get(), "optimizer (clip, AdamW)", Phase::update);
       grad_norm = t.optimizer->step(step);
     }
-    {
+    if (t.model->has_after_step()) {
       // Layers update their buffers (an MoE router's expert bias) from the step's forwards.
       const StepProfile::Scope timed(t.profile.get(), "layers after the step", Phase::update);
       t.model->after_step(step);

@@ -43,6 +43,7 @@ class LayerInstance {
   // ABI 1.5: after an optimizer step, with the layer's parameter views (nothing when the layer
   // has no after_step).
   void after_step(int64_t step, std::vector<DLTensor>& params) const;
+  bool has_after_step() const noexcept { return table_->after_step != nullptr; }
 
   // Per-microbatch state, destroyed through the plugin.
   class State {
