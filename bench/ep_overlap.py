@@ -7,6 +7,9 @@ could not hide) and in the whole step. Run from the repository root after a buil
 scripts/quickstart.sh (the fortunes data):
 
     /usr/bin/python3 bench/ep_overlap.py --ranks 2 4 --steps 30
+
+--build picks another build directory (scripts/gpu-check.sh passes its build-gpu), and every
+--set is handed to plexus-train (e.g. --set data.path=PREFIX for another corpus).
 """
 import argparse
 import json
@@ -16,9 +19,9 @@ import subprocess
 import tempfile
 
 
-def run(ranks, scheduler, steps, microbatches, out):
+def run(ranks, scheduler, steps, microbatches, out, build="build", extra=()):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), "build/bin/plexus-train",
+    cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), os.path.join(build, "bin", "plexus-train"),
            "--config", "configs/default.json", "--set", f"run.output_dir={out}",
            "--set", "model.moe.layer_freq=1", "--set", "model.moe.options.num_moe_experts=4",
            "--set", f"train.microbatches={microbatches}", "--set", f"train.steps={steps}",
@@ -27,6 +30,8 @@ def run(ranks, scheduler, steps, microbatches, out):
            "--set", 'distributed.topology.options={"ep": %d}' % ranks,
            "--set", f"scheduler.component={scheduler}",
            "--set", 'plugins.load=["sequential_scheduler","transformer","combined_1f1b"]']
+    for setting in extra:
+        cmd += ["--set", setting]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
@@ -43,6 +48,9 @@ def main():
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--microbatches", type=int, default=4)
+    parser.add_argument("--build", default="build", help="the build directory (default: build)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="passed to plexus-train, after the benchmark's own settings")
     args = parser.parse_args()
     print("| ranks (ep) | scheduler | tokens/s (median) | MoE layers ms/step | step ms (mean) |")
     print("|---|---|---|---|---|")
@@ -50,7 +58,7 @@ def main():
         for ranks in args.ranks:
             for scheduler in ("sequential", "combined_1f1b"):
                 out = os.path.join(tmp, f"{scheduler}{ranks}")
-                tps, moe, step_ms, _ = run(ranks, scheduler, args.steps, args.microbatches, out)
+                tps, moe, step_ms, _ = run(ranks, scheduler, args.steps, args.microbatches, out, args.build, args.set)
                 print(f"| {ranks} | {scheduler} | {tps:,.0f} | {moe:.1f} | {step_ms:.1f} |", flush=True)
 
 

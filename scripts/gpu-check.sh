@@ -18,6 +18,10 @@
 #           in both precisions (scripts/mhc_compare.py)
 #   peer    bench/train_vs_torch.py --device cuda: tokens/s against PyTorch eager and
 #           torch.compile, float32 and bf16 (torch.autocast)
+#   ep      bench/ep_overlap.py: an all-MoE GPT with ep = world under mpirun -np 2 and 4,
+#           sequential scheduler against combined_1f1b (tokens/s, the MoE layers' time per step).
+#           moe.layer has no CUDA path yet, so its layers run on this machine's CPUs: the
+#           comparison of docs/performance.md on more cores, not a GPU measurement
 # Stages after build use the build directory an earlier build stage left.
 #
 # Environment (all optional):
@@ -43,13 +47,13 @@ cost_steps="${PLEXUS_MHC_COST_STEPS:-60}"
 bin="$build/bin"
 logs="${PLEXUS_GPU_RESULTS:-$build/gpu-check}"
 
-all_stages=(build test bench train peer)
+all_stages=(build test bench train peer ep)
 stages=()
 cmake_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --) shift; cmake_args=("$@"); break ;;
-    build | test | bench | train | peer) stages+=("$1") ;;
+    build | test | bench | train | peer | ep) stages+=("$1") ;;
     all) stages+=("${all_stages[@]}") ;;
     -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check: unknown stage '$1' (expected: ${all_stages[*]}, all, or -- CMAKE-ARGS)" >&2; exit 2 ;;
@@ -229,7 +233,7 @@ prepare_corpus() {
   prepare_fortunes "$bin/plexus" "$prefix" >"$logs/data.log" 2>&1 || return 1
   echo "$prefix"
 }
-if wants train || wants peer; then
+if wants train || wants peer || wants ep; then
   if ! data_path="$(prepare_corpus)"; then
     fail "training: no corpus (see $logs/data.log)"
     finish
@@ -308,6 +312,24 @@ if wants peer; then
     done
   else
     note "no CUDA PyTorch (PLEXUS_PYTHON selects one): training throughput comparison not run"
+  fi
+fi
+
+# ---- ep: the expert-parallel overlap -------------------------------------------------------------
+if wants ep; then
+  section "expert-parallel overlap: sequential against combined_1f1b (bench/ep_overlap.py, MoE layers on the CPU)"
+  python_any="$python"
+  [ -n "$python_any" ] || python_any=/usr/bin/python3
+  log="$logs/ep_overlap.log"
+  if ! command -v mpirun >/dev/null 2>&1; then
+    fail "ep overlap: mpirun not found (install the MPI packages of scripts/install-deps.sh)"
+  elif [ ! -f "$build/lib/plexus/plugins/libplexus_comm_mpi.so" ]; then
+    fail "ep overlap: the build has no MPI comm backend ($build/lib/plexus/plugins/libplexus_comm_mpi.so)"
+  elif (cd "$root" && "$python_any" bench/ep_overlap.py --build "$build" --ranks 2 4 --steps 30 \
+    --set "data.path=$data_path") 2>&1 | tee "$log"; then
+    pass "ep overlap (CPU MoE layers): table in $log"
+  else
+    fail "ep overlap: bench/ep_overlap.py failed, see $log"
   fi
 fi
 

@@ -46,6 +46,7 @@ PLX_ABI_ANCHOR(layer_create_args, plx_layer_create_args)
 PLX_ABI_ANCHOR(forward_args, plx_forward_args)
 PLX_ABI_ANCHOR(backward_args, plx_backward_args)
 PLX_ABI_ANCHOR(layer_v1, plx_layer_v1)
+PLX_ABI_ANCHOR(step_args, plx_step_args) /* ABI 1.5 */
 
 /* scheduler.h */
 PLX_ABI_ANCHOR(schedule_env, plx_schedule_env)

@@ -40,6 +40,10 @@ BOOST_AUTO_TEST_CASE(plugin_built_with_sdk_1_0_loads_and_runs) {
   input.dtype = plx_dtype_f32();
   input.dims[0] = 8;
   BOOST_TEST(!instance.estimate_flops({input}).has_value());
+  // after_step arrived in 1.5: absent here too, so the engine's call after a step does nothing.
+  BOOST_TEST(layer.as<plx_layer_v1>().after_step == nullptr);
+  std::vector<DLTensor> no_params;
+  instance.after_step(0, no_params);
 }
 
 BOOST_AUTO_TEST_CASE(plugin_from_a_newer_minor_needing_nothing_newer_loads_and_runs) {

@@ -6,12 +6,14 @@
 #define BOOST_TEST_MODULE moe_training
 #include <boost/test/unit_test.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
 
+#include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "run_process.hpp"
 #include "train_corpus.hpp"
 
@@ -52,14 +54,15 @@ BOOST_AUTO_TEST_CASE(a_gpt_with_moe_layers_trains_and_resumes_bit_exactly) {
   // 5.23 here.
   BOOST_TEST(expected.back() < expected.front() - 0.2, "loss " << expected.front() << " -> " << expected.back());
 
-  // The layer's reports in every step record: the auxiliary losses and the tokens per expert,
-  // each the mean over the step's 2 microbatches of 4 x 32 tokens with k = 2.
+  // The layer's reports in every step record: the auxiliary losses, the mean over the step's 2
+  // microbatches, and the tokens per expert of the whole step: 2 microbatches of 4 x 32 tokens
+  // with k = 2.
   for (const boost::json::object& record : plexus::test::records(straight / "metrics.jsonl", "step")) {
     BOOST_TEST(record.at("moe/layer0.aux_loss").as_double() > 0.0);
     BOOST_TEST(record.at("moe/layer0.z_loss").as_double() > 0.0);
     double tokens = 0;
     for (int e = 0; e < 4; ++e) tokens += record.at("moe/layer0.tokens_per_expert." + std::to_string(e)).as_double();
-    BOOST_TEST(tokens == 4 * 32 * 2);
+    BOOST_TEST(tokens == 2 * 4 * 32 * 2);
     BOOST_TEST(!record.contains("moe/layer1.aux_loss"));  // layer 1 is dense
   }
 
@@ -84,6 +87,45 @@ BOOST_AUTO_TEST_CASE(a_gpt_with_moe_layers_trains_and_resumes_bit_exactly) {
   BOOST_TEST_REQUIRE(second.status == 0, second.output);
   for (double l : step_losses(resumed / "metrics.jsonl")) losses.push_back(l);
   BOOST_TEST(losses == expected, boost::test_tools::per_element());  // bit-exact
+  BOOST_TEST((file_bytes(resumed / "checkpoints" / "step_00000020" / "model.safetensors") ==
+              file_bytes(straight / "checkpoints" / "step_00000020" / "model.safetensors")));
+}
+
+// The aux-loss-free expert bias through the engine: a buffer, so checkpointed under Megatron's
+// name with no Adam moments, moved only by the layer (every element a whole number of update
+// rates, at most one per step: the rate 1/64 keeps the float32 sums exact), not all zero, and
+// resumed exactly: the run resumed from its step-10 checkpoint ends with the same bytes, bias
+// included.
+BOOST_AUTO_TEST_CASE(the_expert_bias_is_checkpointed_state_and_resumes_bit_exactly) {
+  Corpus corpus;
+  const double rate = 1.0 / 64;
+  const std::string bias = kMoeGpt + " --set model.moe.options.moe_router_enable_expert_bias=true" +
+                           " --set model.moe.options.moe_router_bias_update_rate=0.015625 --set checkpoint.interval=10";
+  const auto straight = corpus.dir.path() / "straight";
+  const auto a = run_process(corpus.train(straight.string(), bias));
+  BOOST_TEST_REQUIRE(a.status == 0, a.output);
+  const auto saved = plexus::checkpoint::load_checkpoint(straight / "checkpoints" / "step_00000020");
+  const std::string name = "decoder.layers.0.mlp.router.expert_bias";
+  BOOST_TEST_REQUIRE(saved.model.contains(name));
+  BOOST_TEST(!saved.optimizer.contains(name + ".exp_avg"));
+  BOOST_TEST(!saved.optimizer.contains(name + ".exp_avg_sq"));
+  BOOST_TEST(saved.optimizer.contains("decoder.layers.0.mlp.router.weight.exp_avg"));
+  const auto values = saved.model.tensor(name);
+  BOOST_TEST_REQUIRE(values.bytes.size() == 4 * sizeof(float));
+  const auto* b = reinterpret_cast<const float*>(values.bytes.data());
+  double moved = 0;
+  for (int e = 0; e < 4; ++e) {
+    const double steps = static_cast<double>(b[e]) / rate;
+    BOOST_TEST(steps == std::round(steps), "element " << e << ": " << b[e]);
+    BOOST_TEST(std::abs(steps) <= 20.0);
+    moved += std::abs(steps);
+  }
+  BOOST_TEST(moved > 0.0);
+
+  const auto resumed = corpus.dir.path() / "resumed";
+  const auto second = run_process(
+      corpus.train(resumed.string(), bias + " --resume " + quote((straight / "checkpoints" / "step_00000010").string())));
+  BOOST_TEST_REQUIRE(second.status == 0, second.output);
   BOOST_TEST((file_bytes(resumed / "checkpoints" / "step_00000020" / "model.safetensors") ==
               file_bytes(straight / "checkpoints" / "step_00000020" / "model.safetensors")));
 }

@@ -129,6 +129,40 @@ BOOST_AUTO_TEST_CASE(ep_2_and_ep_4_match_one_process_with_as_many_microbatches) 
   }
 }
 
+// The aux-loss-free expert bias through plexus-train: ep = 2 on 2 ranks against one process with
+// 2 microbatches, both with the bias on, 10 steps. The bias is a whole number of update rates
+// moved by integer counts summed over the ranks, so the checkpoints' biases are equal bit for bit
+// (the weights, as above, within 1e-6); tests/mpi/test_moe_bias_ranks.cpp checks the ranks hold
+// the same bias.
+BOOST_AUTO_TEST_CASE(the_expert_bias_of_ep_2_is_the_one_process_bias) {
+  Corpus corpus;
+  const std::string options = " --set train.steps=10" + kMoe +
+                              " --set model.moe.options.moe_router_enable_expert_bias=true"
+                              " --set model.moe.options.moe_router_bias_update_rate=0.015625";
+  const auto one = corpus.dir.path() / "one";
+  const auto two = corpus.dir.path() / "two";
+  const auto single = run_process(corpus.train(one.string(), "--set train.microbatches=2" + options));
+  BOOST_TEST_REQUIRE(single.status == 0, single.output);
+  const auto parallel =
+      run_process(mpirun_command(2, 120) + corpus.train(two.string(), "--set train.microbatches=1" + options + ep(2)));
+  BOOST_TEST_REQUIRE(parallel.status == 0, parallel.output);
+  expect_same_run(one, two, 10);
+  const auto a = plexus::checkpoint::load_checkpoint(one / "checkpoints" / "step_00000010");
+  const auto b = plexus::checkpoint::load_checkpoint(two / "checkpoints" / "step_00000010");
+  bool moved = false;
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string name = "decoder.layers." + std::to_string(layer) + ".mlp.router.expert_bias";
+    BOOST_TEST_REQUIRE(a.model.contains(name));
+    const auto va = a.model.tensor(name);
+    const auto vb = b.model.tensor(name);
+    BOOST_TEST((va.bytes.size() == vb.bytes.size() && std::equal(va.bytes.begin(), va.bytes.end(), vb.bytes.begin())),
+               name);
+    for (std::size_t i = 0; i < va.bytes.size() / sizeof(float); ++i)
+      moved = moved || reinterpret_cast<const float*>(va.bytes.data())[i] != 0.0f;
+  }
+  BOOST_TEST(moved);
+}
+
 // Four ranks, ep = 2 (so each expert lives on 2 ranks: expert_dp = 2), stopped at step 4; the
 // checkpoint resumes with ep = 4 to step 7, that one with ep = 2 again to step 10, and the first
 // one in one process (ep = 1, 4 microbatches) to step 10: each continues the uninterrupted run.

@@ -3,6 +3,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "plexus/core/engine/optimizer.hpp"
 
@@ -101,4 +103,46 @@ BOOST_AUTO_TEST_CASE(tied_declarations_share_one_parameter_and_mismatches_are_re
   BOOST_CHECK_EXCEPTION(store.declare(wrong, "", "other"), std::runtime_error, [](const std::runtime_error& e) {
     return std::string(e.what()).find("[2]") != std::string::npos && std::string(e.what()).find("[3]") != std::string::npos;
   });
+}
+
+// A buffer (PLX_PARAM_BUFFER, e.g. an MoE router's expert bias) is state, not a parameter: it has
+// no gradient, AdamW neither moves it nor counts it in the norm, and it has no moments; a buffer
+// that asks for a gradient group is refused, naming it.
+BOOST_AUTO_TEST_CASE(a_buffer_has_no_gradient_no_moments_and_is_not_optimized) {
+  plexus::ParameterStore store;
+  store.declare(spec("w", 0), "", "test");
+  store.declare(spec("mlp.router.expert_bias", PLX_PARAM_BUFFER), "", "test");
+  BOOST_TEST(store[1].is_buffer());
+  BOOST_TEST(store[1].grad.empty());
+  BOOST_TEST(store[1].grad.view().data == nullptr);  // what the layer's param_grads entry holds
+  store[0].grad.data<float>()[0] = 3.0f;
+  store[0].grad.data<float>()[1] = 4.0f;
+  store[1].value.data<float>()[0] = 0.5f;
+  store[1].value.data<float>()[1] = -0.5f;
+  store.zero_grads();
+  store[0].grad.data<float>()[0] = 3.0f;
+  store[0].grad.data<float>()[1] = 4.0f;
+  plexus::OptimizerSettings s;
+  s.lr = 0.1;
+  s.decay_style = "constant";
+  s.weight_decay = 0.5;
+  s.clip_grad = 0;
+  plexus::AdamW adam(store, s);
+  BOOST_TEST(adam.step(0) == 5.0);  // the parameter's gradient alone
+  BOOST_TEST(store[1].value.data<float>()[0] == 0.5f);
+  BOOST_TEST(store[1].value.data<float>()[1] == -0.5f);
+  const auto moments = adam.state_tensors();
+  BOOST_TEST_REQUIRE(moments.size() == 2u);
+  BOOST_TEST(moments[0].first == "w.exp_avg");
+  BOOST_TEST(moments[1].first == "w.exp_avg_sq");
+
+  plx_param_spec grouped = spec("grouped", PLX_PARAM_BUFFER);
+  grouped.grad_group = "expert_dp";
+  try {
+    store.declare(grouped, "", "test");
+    BOOST_FAIL("a buffer with a grad_group was accepted");
+  } catch (const std::runtime_error& e) {
+    BOOST_TEST(std::string(e.what()).find("grouped is a buffer (PLX_PARAM_BUFFER) with grad_group \"expert_dp\"") !=
+               std::string::npos, e.what());
+  }
 }

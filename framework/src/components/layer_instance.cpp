@@ -68,6 +68,17 @@ void LayerInstance::init_param(uint32_t index, DLTensor& value, uint64_t seed) c
   check_call(*component_, "init_param", table_->init_param(layer_, index, &value, seed));
 }
 
+void LayerInstance::after_step(int64_t step, std::vector<DLTensor>& params) const {
+  // The host's table copy is zero-extended: a plugin built before 1.5 reads as NULL here.
+  if (table_->after_step == nullptr) return;
+  plx_step_args args{};
+  args.struct_size = sizeof(args);
+  args.num_params = static_cast<uint32_t>(params.size());
+  args.step = step;
+  args.params = params.data();
+  check_call(*component_, "after_step", table_->after_step(layer_, &args));
+}
+
 LayerInstance::State::~State() { owner_->table_->state_destroy(owner_->layer_, state_); }
 
 std::unique_ptr<LayerInstance::State> LayerInstance::create_state(uint32_t microbatch) const {

@@ -37,6 +37,11 @@ double learning_rate(const OptimizerSettings& s, int64_t step) {
 AdamW::AdamW(ParameterStore& params, OptimizerSettings settings)
     : params_(&params), settings_(std::move(settings)) {
   for (std::size_t i = 0; i < params.size(); ++i) {
+    if (params[i].is_buffer()) {  // no moments (empty, keeping the index of every other parameter)
+      exp_avg_.emplace_back();
+      exp_avg_sq_.emplace_back();
+      continue;
+    }
     exp_avg_.emplace_back(params[i].value.shape(), params[i].value.dtype(), params[i].value.device());
     exp_avg_sq_.emplace_back(params[i].value.shape(), params[i].value.dtype(), params[i].value.device());
   }
@@ -45,7 +50,8 @@ AdamW::AdamW(ParameterStore& params, OptimizerSettings settings)
 double AdamW::step(int64_t step) {
   std::vector<const Tensor*> grads, divided;
   for (std::size_t i = 0; i < params_->size(); ++i)
-    (divided_sum_ && (*params_)[i].grad_group != "dp" ? divided : grads).push_back(&(*params_)[i].grad);
+    if (!(*params_)[i].is_buffer())
+      (divided_sum_ && (*params_)[i].grad_group != "dp" ? divided : grads).push_back(&(*params_)[i].grad);
   double sum_sq = device_ops::sum_of_squares(grads);
   if (divided_sum_) sum_sq += divided_sum_(divided.empty() ? 0.0 : device_ops::sum_of_squares(divided));
   const double norm = std::sqrt(sum_sq);
@@ -64,6 +70,7 @@ double AdamW::step(int64_t step) {
   update.eps = static_cast<float>(settings_.eps);
   for (std::size_t i = 0; i < params_->size(); ++i) {
     Parameter& p = (*params_)[i];
+    if (p.is_buffer()) continue;
     update.decay = static_cast<float>(p.decays() ? lr * settings_.weight_decay : 0.0);
     device_ops::adamw_update(update, p.value, p.grad, exp_avg_[i], exp_avg_sq_[i]);
   }
@@ -73,6 +80,7 @@ double AdamW::step(int64_t step) {
 std::vector<std::pair<std::string, Tensor*>> AdamW::state_tensors() {
   std::vector<std::pair<std::string, Tensor*>> out;
   for (std::size_t i = 0; i < params_->size(); ++i) {
+    if ((*params_)[i].is_buffer()) continue;
     out.emplace_back((*params_)[i].name + ".exp_avg", &exp_avg_[i]);
     out.emplace_back((*params_)[i].name + ".exp_avg_sq", &exp_avg_sq_[i]);
   }

@@ -135,7 +135,9 @@ void Model::build_unit(const LayerSource& source, UnitRole role, const std::stri
     unit->grad_views.push_back(params_[i].grad.view());
   }
   if (settings_.mhc.enabled && unit->role == UnitRole::decoder) declare_mhc_parameters(*unit, prefix + connection_prefix);
-  unit->gradient_params = unit->params;
+  // A buffer (PLX_PARAM_BUFFER) gets no gradient: backward never makes it ready.
+  for (std::size_t i : unit->params)
+    if (!params_[i].is_buffer()) unit->gradient_params.push_back(i);
   if (unit->mhc)
     unit->gradient_params.insert(
         unit->gradient_params.end(),

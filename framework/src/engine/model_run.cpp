@@ -344,11 +344,28 @@ std::vector<float> Model::next_token_logits(const Batch& batch, int64_t position
 void Model::check_gradients_finite() const {
   for (const auto& unit : units_) {
     for (std::size_t i : unit->params) {
+      if (params_[i].is_buffer()) continue;  // no gradient
       if (const int64_t bad = first_non_finite(params_[i].grad); bad >= 0)
         throw NonFiniteError("non-finite gradient of " + params_[i].name + " (element " +
                              std::to_string(bad) + ") in " + unit->label +
                              ": the first layer with one, in forward order");
     }
+  }
+}
+
+bool Model::has_after_step() const {
+  for (const auto& unit : units_)
+    if (unit->layer->has_after_step()) return true;
+  return false;
+}
+
+void Model::after_step(int64_t step) {
+  for (const auto& unit : units_) {
+    // Under a data-parallel strategy only buffers stay whole outside a unit's window; the other
+    // views are empty (data NULL), as plx_step_args says.
+    refresh_views(*unit);
+    std::vector<DLTensor> params = unit->param_views;  // the layer may write its buffers through them
+    unit->layer->after_step(step, params);
   }
 }
 

@@ -28,6 +28,10 @@ std::size_t ParameterStore::declare(const plx_param_spec& spec, const std::strin
   if (spec.desc.dtype.code != kDLFloat || spec.desc.dtype.bits != 32)
     throw std::runtime_error(unit + ": parameter " + name + " has master dtype " +
                              dtype_name(spec.desc.dtype) + "; the engine keeps fp32 master parameters");
+  const bool buffer = (spec.flags & PLX_PARAM_BUFFER) != 0;
+  if (buffer && spec.grad_group != nullptr && *spec.grad_group != '\0')
+    throw std::runtime_error(unit + ": parameter " + name + " is a buffer (PLX_PARAM_BUFFER) with grad_group \"" +
+                             spec.grad_group + "\"; a buffer has no gradient and is whole on every rank");
   auto param = std::make_unique<Parameter>();
   param->name = name;
   param->flags = spec.flags;
@@ -38,7 +42,7 @@ std::size_t ParameterStore::declare(const plx_param_spec& spec, const std::strin
   param->grad_group = spec.grad_group != nullptr && *spec.grad_group != '\0' ? spec.grad_group : "dp";
   param->shape = shape;
   param->value = Tensor(shape, spec.desc.dtype, device_);
-  param->grad = Tensor(shape, spec.desc.dtype, device_);
+  if (!buffer) param->grad = Tensor(shape, spec.desc.dtype, device_);
   params_.push_back(std::move(param));
   return params_.size() - 1;
 }
@@ -50,7 +54,8 @@ const Parameter* ParameterStore::find(const std::string& name) const {
 }
 
 void ParameterStore::zero_grads() {
-  for (auto& p : params_) p->grad.zero();
+  for (auto& p : params_)
+    if (!p->is_buffer()) p->grad.zero();
 }
 
 int64_t ParameterStore::count_elements() const {

@@ -32,7 +32,7 @@ ShardedParameters::ShardedParameters(ParameterStore& params, const std::vector<U
     for (std::size_t p : units[f].params)
       if (owner_fsdp_.at(p) == units.size()) owner_fsdp_[p] = f;
   for (std::size_t p = 0; p < params.size(); ++p)
-    if (owner_fsdp_[p] == units.size())
+    if (owner_fsdp_[p] == units.size() && !params[p].is_buffer())
       throw std::runtime_error("parameter " + params[p].name + " (declared by " + params[p].declared_by +
                                ") is used by no unit of the data-parallel layout");
 
@@ -131,7 +131,9 @@ ShardedParameters::ShardedParameters(ParameterStore& params, const std::vector<U
     }
     strategy_->release(static_cast<uint32_t>(k), PLX_DP_WRITE);
   }
+  // Buffers (PLX_PARAM_BUFFER) are no unit's: they stay whole in the store on every rank.
   for (std::size_t p = 0; p < params.size(); ++p) {
+    if (params[p].is_buffer()) continue;
     params[p].value = Tensor();
     params[p].grad = Tensor();
   }

@@ -58,7 +58,8 @@ class ShardedParameters {
   void end_read(std::size_t unit);
   void begin_write(std::size_t unit);
   void end_write(std::size_t unit);
-  // The FSDP unit owning parameter p, its buffer, and its first element there.
+  // The FSDP unit owning parameter p, its buffer, and its first element there (not for a
+  // PLX_PARAM_BUFFER parameter, which stays whole in the store).
   std::size_t unit_of(std::size_t param) const { return owner_fsdp_.at(param); }
   std::size_t buffer_of(std::size_t param) const { return buffer_of_.at(param); }
   int64_t offset_of(std::size_t param) const { return offset_of_.at(param); }

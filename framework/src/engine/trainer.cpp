@@ -403,6 +403,11 @@ TrainResult Trainer::run(const TrainerEvents& events) {
       const StepProfile::Scope timed(t.profile.get(), "optimizer (clip, AdamW)", Phase::update);
       grad_norm = sharded != nullptr ? t.sharded_optimizer->step(step) : t.optimizer->step(step);
     }
+    if (t.model->has_after_step()) {
+      // Layers update their buffers (an MoE router's expert bias) from the step's forwards.
+      const StepProfile::Scope timed(t.profile.get(), "layers after the step", Phase::update);
+      t.model->after_step(step);
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     const double tokens_per_s = tokens_per_step / seconds;
     const double gflops = flops_per_token ? *flops_per_token * tokens_per_s / 1e9 : -1.0;

@@ -138,6 +138,18 @@ void report_earlier_layout(const std::filesystem::path& dir, const std::vector<s
                           "\" existed: read in that layout; new checkpoints store Megatron's [n*n+2n, n*C]");
 }
 
+// Where parameter i's two moments start in the optimizer's state tensors: two per parameter in
+// parameter order, none for a buffer (PLX_PARAM_BUFFER), which is checkpointed as a value only.
+std::vector<std::size_t> moment_positions(const ParameterStore& params) {
+  std::vector<std::size_t> first(params.size(), 0);
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    first[i] = next;
+    if (!params[i].is_buffer()) next += 2;
+  }
+  return first;
+}
+
 }  // namespace checkpoint_io
 
 using namespace checkpoint_io;
@@ -162,13 +174,15 @@ std::filesystem::path Trainer::Impl::save_checkpoint(int64_t steps_done) {
   const auto expert_parallel = [&](std::size_t i) { return gather && params[i].grad_group != "dp"; };
   std::deque<NamedTensor> gathered;
   std::vector<std::size_t> gathered_from(params.size(), 0);  // index into gathered of param i's first rank
-  const auto moments = optimizer->state_tensors();            // two per parameter, in parameter order
+  const auto moments = optimizer->state_tensors();
+  const std::vector<std::size_t> moment_of = moment_positions(params);
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (!expert_parallel(i)) continue;
     gathered_from[i] = gathered.size();
+    const std::size_t m = moment_of[i];
     const std::pair<const std::string*, const Tensor*> parts[] = {{&params[i].name, &params[i].value},
-                                                                   {&moments[2 * i].first, moments[2 * i].second},
-                                                                   {&moments[2 * i + 1].first, moments[2 * i + 1].second}};
+                                                                   {&moments[m].first, moments[m].second},
+                                                                   {&moments[m + 1].first, moments[m + 1].second}};
     for (const auto& [name, tensor] : parts)
       for (NamedTensor& g : gather_named(*ep, *name, *tensor)) gathered.push_back(std::move(g));
   }
@@ -183,8 +197,9 @@ std::filesystem::path Trainer::Impl::save_checkpoint(int64_t steps_done) {
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (!expert_parallel(i)) {
       model_tensors.push_back(tensor_data(params[i].name, params[i].value, checkpoint_names, staged));
-      for (std::size_t m = 2 * i; m < 2 * i + 2; ++m)
-        optimizer_tensors.push_back(tensor_data(moments[m].first, *moments[m].second, checkpoint_names, staged));
+      if (!params[i].is_buffer())
+        for (std::size_t m = moment_of[i]; m < moment_of[i] + 2; ++m)
+          optimizer_tensors.push_back(tensor_data(moments[m].first, *moments[m].second, checkpoint_names, staged));
       continue;
     }
     const auto ranks = static_cast<std::size_t>(ep->size());
@@ -316,11 +331,12 @@ void Trainer::Impl::load_tensors(const std::filesystem::path& dir, const checkpo
   std::vector<std::pair<std::string, const Tensor*>> other_parameters, other_moments;
   if (const distributed::Communicator* ep = runtime != nullptr ? runtime->group("ep") : nullptr;
       ep != nullptr && ep->size() > 1) {
+    const std::vector<std::size_t> moment_of = moment_positions(params);
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (params[i].grad_group == "dp") continue;
       for (const std::string& name : gather_names(*ep, params[i].name))
         if (name != params[i].name) other_parameters.emplace_back(name, &params[i].value);
-      for (std::size_t m = 2 * i; m < 2 * i + 2; ++m)
+      for (std::size_t m = moment_of[i]; m < moment_of[i] + 2; ++m)
         for (const std::string& name : gather_names(*ep, moments[m].first))
           if (name != moments[m].first) other_moments.emplace_back(name, moments[m].second);
     }

@@ -148,6 +148,12 @@ std::filesystem::path Trainer::Impl::save_sharded_checkpoint(int64_t steps_done)
   };
   for (std::size_t p = 0; p < params.size(); ++p) {
     const Parameter& param = params[p];
+    if (param.is_buffer()) {  // whole on every rank, in the store; no moments
+      model_tensors.push_back(entry(param.name, param.shape, [&, p](const auto& form, std::span<std::byte> out) {
+        write_stored(form, params[p].value, out);
+      }));
+      continue;
+    }
     if (experts_divided && param.grad_group != "dp") {
       // Every rank lists every expert (the names of its ep group), so all walk the same list.
       const std::vector<std::string> names = gather_names(*ep, param.name);
@@ -195,9 +201,12 @@ void Trainer::Impl::load_sharded_tensors(const std::filesystem::path& dir, const
   // Shapes only, to find and check every tensor before anything is read.
   std::deque<Tensor> shapes;
   std::vector<std::pair<std::string, Tensor*>> parameters, moments;
+  std::vector<std::size_t> moment_of(params.size(), 0);  // where parameter p's two moments start in `moments`
   for (std::size_t p = 0; p < params.size(); ++p) {
     Tensor* shape = &shapes.emplace_back(Tensor::borrowed(nullptr, params[p].shape, plx_dtype_f32(), DLDevice{kDLCPU, 0}));
     parameters.emplace_back(params[p].name, shape);
+    moment_of[p] = moments.size();
+    if (params[p].is_buffer()) continue;  // checkpointed as a value only
     for (const char* suffix : kMomentSuffix) moments.emplace_back(params[p].name + suffix, shape);
   }
   std::vector<std::pair<std::string, const Tensor*>> other_parameters, other_moments;
@@ -206,7 +215,7 @@ void Trainer::Impl::load_sharded_tensors(const std::filesystem::path& dir, const
       if (params[p].grad_group == "dp") continue;
       for (const std::string& name : gather_names(*ep, params[p].name))
         if (name != params[p].name) other_parameters.emplace_back(name, parameters[p].second);
-      for (std::size_t m = 2 * p; m < 2 * p + 2; ++m)
+      for (std::size_t m = moment_of[p]; m < moment_of[p] + 2; ++m)
         for (const std::string& name : gather_names(*ep, moments[m].first))
           if (name != moments[m].first) other_moments.emplace_back(name, moments[m].second);
     }
@@ -215,6 +224,8 @@ void Trainer::Impl::load_sharded_tensors(const std::filesystem::path& dir, const
   const auto stored_parameters =
       locate_all(loaded.model, parameters, checkpoint_names, earlier_parameters, other_parameters);
   const auto stored_moments = locate_all(loaded.optimizer, moments, checkpoint_names, earlier_moments, other_moments);
+  for (std::size_t p = 0; p < params.size(); ++p)
+    if (params[p].is_buffer()) copy_into(params[p].value, loaded.model, stored_parameters[p]);
   for (std::size_t f = 0; f < sharded.num_units(); ++f) {
     sharded.begin_write(f);
     for (const ShardedParameters::Buffer& b : sharded.buffers())
@@ -228,7 +239,7 @@ void Trainer::Impl::load_sharded_tensors(const std::filesystem::path& dir, const
       Tensor whole({b.layout.padded_numel}, plx_dtype_f32(), sharded.device());
       for (std::size_t p : b.params) {
         Tensor part = part_of(whole, sharded.offset_of(p), params[p].shape);
-        copy_into(part, loaded.optimizer, stored_moments[2 * p + static_cast<std::size_t>(which)]);
+        copy_into(part, loaded.optimizer, stored_moments[moment_of[p] + static_cast<std::size_t>(which)]);
       }
       Tensor& shard = which == 0 ? sharded_optimizer->exp_avg(k) : sharded_optimizer->exp_avg_sq(k);
       device::copy(shard.raw(), shard.device(),

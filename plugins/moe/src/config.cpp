@@ -146,6 +146,15 @@ MoeConfig MoeConfig::read(const plexus::sdk::Host& host, plx_config options, plx
                                         std::to_string(c.group_topk) + ") and the experts of the chosen groups (" +
                                         std::to_string(c.group_topk * (c.experts / c.groups)) + ")");
   }
+  c.expert_bias = host.config_bool_if(options, "moe_router_enable_expert_bias").value_or(false);
+  // A host before ABI 1.5 would train a buffer like a weight and never call after_step.
+  if (c.expert_bias && PLX_VERSION_MINOR(host.abi_version()) < 5)
+    bad_option("moe_router_enable_expert_bias", "needs a host with ABI 1.5 or newer (buffers and after_step); this "
+                                                "host implements ABI 1." +
+                                                    std::to_string(PLX_VERSION_MINOR(host.abi_version())));
+  c.bias_update_rate = number_if(host, options, "moe_router_bias_update_rate").value_or(1e-3);
+  if (!std::isfinite(c.bias_update_rate) || c.bias_update_rate < 0)
+    bad_option("moe_router_bias_update_rate", "must be a finite number >= 0, got " + number_text(c.bias_update_rate));
   c.aux_loss_coeff = coefficient(host, options, "moe_aux_loss_coeff");
   c.z_loss_coeff = coefficient(host, options, "moe_z_loss_coeff");
   return c;
@@ -171,7 +180,9 @@ const char* options_schema() {
          R"json("moe_token_drop_policy": {"type": "string", "enum": ["probs", "position"], "default": "probs", "doc": "with a capacity: an expert keeps the pairs of highest probability, or the earliest tokens"}, )json"
          R"json("moe_shared_expert_intermediate_size": {"type": "integer", "minimum": 0, "default": 0, "doc": "the width of a shared expert MLP every token passes through, added to the routed experts' output; 0: none"}, )json"
          R"json("moe_router_num_groups": {"type": "integer", "minimum": 0, "default": 0, "doc": "group-limited routing: the experts in this many equal groups (must divide num_moe_experts); 0: off"}, )json"
-         R"json("moe_router_group_topk": {"type": "integer", "minimum": 0, "default": 0, "doc": "group-limited routing: a token chooses among this many groups, those whose k / group_topk largest scores sum highest"})json"
+         R"json("moe_router_group_topk": {"type": "integer", "minimum": 0, "default": 0, "doc": "group-limited routing: a token chooses among this many groups, those whose k / group_topk largest scores sum highest"}, )json"
+         R"json("moe_router_enable_expert_bias": {"type": "boolean", "default": false, "doc": "aux-loss-free load balancing: a per-expert bias (mlp.router.expert_bias, state, not trained) added to the routing scores for the top-k selection only, updated after each step by moe_router_bias_update_rate * sign(mean count - count_i) over the step's tokens of all data-parallel ranks"}, )json"
+         R"json("moe_router_bias_update_rate": {"type": "number", "minimum": 0, "default": 0.001, "doc": "the expert bias's step per optimizer step"})json"
          R"json(}})json";
 }
 

@@ -40,6 +40,11 @@ struct MoeConfig {
   // Group-limited routing: the experts in moe_router_num_groups equal groups; a token chooses
   // only among the moe_router_group_topk groups of highest score. 0: off.
   int64_t groups = 0, group_topk = 0;
+  // The aux-loss-free expert bias (moe_router_enable_expert_bias): b [E] added to the selection
+  // scores, after each step b_i += rate sign(mean_j count_j - count_i) over the step's tokens of
+  // every data-parallel rank (moe_router_bias_update_rate).
+  bool expert_bias = false;
+  double bias_update_rate = 1e-3;
 
   int64_t fc1_rows() const { return swiglu ? 2 * ffn : ffn; }
   // The most (token, choice) pairs one expert takes from T tokens; T k (all) when dropless.

@@ -25,6 +25,7 @@
 #include "checks.hpp"
 #include "config.hpp"
 #include "expert_exchange.hpp"
+#include "expert_load.hpp"
 #include "experts.hpp"
 #include "permutation.hpp"
 #include "plexus/cpp/host.hpp"
@@ -104,7 +105,8 @@ class MoeLayer final : public plexus::sdk::Layer {
   explicit MoeLayer(const plx_layer_create_args& args)
       : config_(read_config(args)),
         layer_index_(args.layer_index),
-        ep_(ExpertGroup::find(*plexus::sdk::Host::current().api(), config_.experts)) {
+        ep_(ExpertGroup::find(*plexus::sdk::Host::current().api(), config_.experts)),
+        load_(config_.experts) {
     const MoeConfig& c = config_;
     steps_ = ep_.parallel() ? std::vector<Step>{kRoute, kDispatch, kExperts, kCombine, kUnpermute}
                             : std::vector<Step>{kRoute, kExperts, kUnpermute};
@@ -112,6 +114,12 @@ class MoeLayer final : public plexus::sdk::Layer {
     if (!c.rms_prenorm) add("pre_mlp_layernorm.bias", {c.hidden}, PLX_INIT_ZEROS, 0, PLX_PARAM_NO_WEIGHT_DECAY);
     router_index_ = static_cast<uint32_t>(specs_.size());
     add("mlp.router.weight", {c.experts, c.hidden}, PLX_INIT_NORMAL, c.init_std, 0);
+    // Megatron's name for the aux-loss-free bias: state the layer updates itself (a buffer),
+    // float32 [E], zero at the start, the same on every rank.
+    if (c.expert_bias) {
+      bias_index_ = static_cast<uint32_t>(specs_.size());
+      add("mlp.router.expert_bias", {c.experts}, PLX_INIT_ZEROS, 0, PLX_PARAM_BUFFER | PLX_PARAM_NO_WEIGHT_DECAY);
+    }
     experts_index_ = static_cast<uint32_t>(specs_.size());
     // Megatron's SequentialMLP (the local spec) names with the global expert index i; only this
     // rank's experts exist here. Their gradients hold every ep rank's tokens, so they are averaged
@@ -278,8 +286,9 @@ class MoeLayer final : public plexus::sdk::Layer {
     return g != nullptr && g[i].data != nullptr ? data<T>(g[i]) : nullptr;
   }
 
-  // What a training forward reports: the auxiliary losses and the tokens each expert received,
-  // as "<plugin>/layer<i>.<name>" values of the run's metrics stream.
+  // What a training forward reports: the auxiliary losses (and the pairs a capacity dropped), as
+  // "<plugin>/layer<i>.<name>" values of the run's metrics stream (the step record holds their
+  // mean over the microbatches). The tokens per expert are reported once per step, by after_step.
   void report(const RouterSaved& r, int64_t dropped) const {
     const plexus::sdk::Host host = plexus::sdk::Host::current();
     const plx_host_api* api = host.api();
@@ -289,10 +298,39 @@ class MoeLayer final : public plexus::sdk::Layer {
     api->report_metric(api->ctx, (prefix + "z_loss").c_str(), r.z_loss);
     if (config_.capacity_factor > 0)
       api->report_metric(api->ctx, (prefix + "dropped_pairs").c_str(), static_cast<double>(dropped));
-    for (std::size_t e = 0; e < r.counts.size(); ++e)
-      api->report_metric(api->ctx, (prefix + "tokens_per_expert." + std::to_string(e)).c_str(),
-                         static_cast<double>(r.counts[e]));
   }
+
+ public:
+  // After the optimizer step: the step's tokens per expert over every data-parallel rank, reported
+  // once, and the expert bias's update from them.
+  void after_step(const plx_step_args& args) override {
+    const plexus::sdk::Host host = plexus::sdk::Host::current();
+    const std::vector<double> counts = load_.take_global(*host.api());
+    const plx_host_api* api = host.api();
+    double total = 0;
+    for (double n : counts) total += n;
+    if (total > 0 && PLX_HAS_FIELD(api, plx_host_api, report_metric) && api->report_metric != nullptr) {
+      const std::string prefix = "layer" + std::to_string(layer_index_) + ".tokens_per_expert.";
+      for (std::size_t e = 0; e < counts.size(); ++e)
+        api->report_metric(api->ctx, (prefix + std::to_string(e)).c_str(), counts[e]);
+    }
+    if (!config_.expert_bias || total == 0) return;  // no training forward in this step: nothing to balance
+    if (args.num_params != specs_.size() || args.params == nullptr)
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string("after_step: ") + kComponent + " has " +
+                                                std::to_string(specs_.size()) + " parameters, got " +
+                                                std::to_string(args.num_params));
+    DLTensor& bias = args.params[bias_index_];
+    const std::string name = "parameter mlp.router.expert_bias";
+    if (bias.dtype.code == kDLFloat && bias.dtype.bits == 64) {
+      expect_tensor(bias, dtype_of(Precision::f64), {config_.experts}, name);
+      update_expert_bias(data<double>(bias), counts, config_.bias_update_rate);
+    } else {
+      expect_tensor(bias, dtype_of(Precision::f32), {config_.experts}, name);
+      update_expert_bias(data<float>(bias), counts, config_.bias_update_rate);
+    }
+  }
+
+ private:
 
   template <class T>
   void run_forward(MoeState& st, Step stage, const plx_forward_args& args) {
@@ -318,14 +356,18 @@ class MoeLayer final : public plexus::sdk::Layer {
       else
         k::layernorm_forward<T>(n, c.hidden, data<T>(args.inputs[0]), w_norm, data<T>(args.params[1]),
                                 static_cast<T>(c.prenorm_eps), u, xhat, rstd);
-      router_forward<T>(c, n, u, data<T>(args.params[router_index_]), st.router);
+      router_forward<T>(c, n, u, data<T>(args.params[router_index_]),
+                        c.expert_bias ? data<T>(args.params[bias_index_]) : nullptr, st.router);
       int64_t dropped = 0;
       if (c.capacity_factor > 0)
         dropped = apply_capacity<T>(c, n, st.router.chosen.data(), st.router.probs.data<T>(), st.kept);
       st.perm = Permutation::build(n, c.topk, c.experts, st.router.chosen.data(),
                                    c.capacity_factor > 0 ? st.kept.data() : nullptr);
       permute_forward<T>(st.perm, c.hidden, u, st.x_perm.get<T>(sz(st.perm.rows() * c.hidden)));
-      if ((args.flags & PLX_FORWARD_TRAINING) != 0) report(st.router, dropped);
+      if ((args.flags & PLX_FORWARD_TRAINING) != 0) {
+        report(st.router, dropped);
+        load_.add(st.perm.offsets);
+      }
       return;
     }
     expect_same_call(st, batch, seq);
@@ -487,7 +529,8 @@ class MoeLayer final : public plexus::sdk::Layer {
   std::vector<Step> steps_;  // stage index -> step
   std::deque<std::string> names_;  // the specs' names point into it (a deque never moves them)
   std::vector<plx_param_spec> specs_;
-  uint32_t router_index_ = 0, experts_index_ = 0, shared_index_ = 0;
+  ExpertLoad load_;  // the step's tokens per expert, from its training forwards
+  uint32_t router_index_ = 0, bias_index_ = 0, experts_index_ = 0, shared_index_ = 0;
 };
 
 }  // namespace

@@ -23,7 +23,7 @@ T sigmoid(T x) {
 // (ties to the lower index). A group's score is the sum of its topk / group_topk largest
 // selection scores: the logits for softmax after the top-k, else the softmax or sigmoid scores.
 template <class T>
-std::vector<int32_t> group_candidates(const MoeConfig& c, const T* z) {
+std::vector<int32_t> group_candidates(const MoeConfig& c, const T* z, const T* bias) {
   const int64_t e_count = c.experts, per_group = c.experts / c.groups, summed = c.topk / c.group_topk;
   std::vector<double> score(static_cast<std::size_t>(e_count));
   double zmax = static_cast<double>(z[0]);
@@ -38,6 +38,7 @@ std::vector<int32_t> group_candidates(const MoeConfig& c, const T* z) {
       score[static_cast<std::size_t>(i)] = std::exp(v - zmax) / denom;
     else
       score[static_cast<std::size_t>(i)] = v;
+    if (bias != nullptr) score[static_cast<std::size_t>(i)] += static_cast<double>(bias[i]);
   }
   std::vector<double> group_score(static_cast<std::size_t>(c.groups));
   for (int64_t g = 0; g < c.groups; ++g) {
@@ -54,15 +55,42 @@ std::vector<int32_t> group_candidates(const MoeConfig& c, const T* z) {
   for (int64_t g = 0; g < c.group_topk; ++g)
     for (int64_t i = 0; i < per_group; ++i)
       allowed.push_back(static_cast<int32_t>(groups[static_cast<std::size_t>(g)] * per_group + i));
+  if (bias != nullptr) {  // by the biased selection score
+    std::sort(allowed.begin(), allowed.end(), [&](int32_t a, int32_t b) {
+      const double sa = score[static_cast<std::size_t>(a)], sb = score[static_cast<std::size_t>(b)];
+      return sa > sb || (sa == sb && a < b);
+    });
+    return allowed;
+  }
   std::sort(allowed.begin(), allowed.end(),
             [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
   return allowed;
 }
 
+// The expert bias's selection scores of one token: the score the top-k is taken over (the logit
+// for softmax after the top-k, the softmax over all experts before it, the sigmoid) plus the bias.
+template <class T>
+std::vector<double> selection_scores(const MoeConfig& c, const T* z, const T* bias) {
+  const int64_t e_count = c.experts;
+  std::vector<double> out(static_cast<std::size_t>(e_count));
+  double zmax = static_cast<double>(z[0]), denom = 0;
+  for (int64_t i = 1; i < e_count; ++i) zmax = std::max(zmax, static_cast<double>(z[i]));
+  for (int64_t i = 0; i < e_count; ++i) denom += std::exp(static_cast<double>(z[i]) - zmax);
+  for (int64_t i = 0; i < e_count; ++i) {
+    const double v = static_cast<double>(z[i]);
+    const double score = c.score == ScoreFunction::sigmoid ? 1 / (1 + std::exp(-v))
+                         : c.pre_softmax                   ? std::exp(v - zmax) / denom
+                                                           : v;
+    out[static_cast<std::size_t>(i)] = score + static_cast<double>(bias[i]);
+  }
+  return out;
+}
+
 }  // namespace
 
 template <class T>
-void router_forward(const MoeConfig& c, int64_t tokens, const T* u, const T* w_router, RouterSaved& s) {
+void router_forward(const MoeConfig& c, int64_t tokens, const T* u, const T* w_router, const T* bias,
+                    RouterSaved& s) {
   const int64_t e_count = c.experts, kk = c.topk;
   const auto sz = [](int64_t v) { return static_cast<std::size_t>(v); };
   s.tokens = tokens;
@@ -90,8 +118,16 @@ void router_forward(const MoeConfig& c, int64_t tokens, const T* u, const T* w_r
     std::sort(order.begin(), order.end(), larger);
     for (int64_t j = 0; j < kk; ++j) plain[sz(t * kk + j)] = order[sz(j)];
     if (c.groups > 0) {
-      const std::vector<int32_t> allowed = group_candidates(c, z);
+      const std::vector<int32_t> allowed = group_candidates(c, z, bias);
       for (int64_t j = 0; j < kk; ++j) pick[j] = allowed[sz(j)];
+    } else if (bias != nullptr) {
+      const std::vector<double> biased = selection_scores(c, z, bias);
+      std::vector<int32_t> by_bias(sz(e_count));
+      std::iota(by_bias.begin(), by_bias.end(), 0);
+      std::partial_sort(by_bias.begin(), by_bias.begin() + kk, by_bias.end(), [&](int32_t a, int32_t b) {
+        return biased[sz(a)] > biased[sz(b)] || (biased[sz(a)] == biased[sz(b)] && a < b);
+      });
+      for (int64_t j = 0; j < kk; ++j) pick[j] = by_bias[sz(j)];
     } else {
       for (int64_t j = 0; j < kk; ++j) pick[j] = order[sz(j)];
     }
@@ -214,8 +250,10 @@ void router_backward(const MoeConfig& c, const RouterSaved& s, const T* dprobs, 
   }
 }
 
-template void router_forward<float>(const MoeConfig&, int64_t, const float*, const float*, RouterSaved&);
-template void router_forward<double>(const MoeConfig&, int64_t, const double*, const double*, RouterSaved&);
+template void router_forward<float>(const MoeConfig&, int64_t, const float*, const float*, const float*,
+                                    RouterSaved&);
+template void router_forward<double>(const MoeConfig&, int64_t, const double*, const double*, const double*,
+                                     RouterSaved&);
 template void router_backward<float>(const MoeConfig&, const RouterSaved&, const float*, double, float*);
 template void router_backward<double>(const MoeConfig&, const RouterSaved&, const double*, double, double*);
 

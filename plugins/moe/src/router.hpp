@@ -7,7 +7,11 @@
 //   softmax, pre       s = softmax over all E logits, p = s at the k selected experts
 //   sigmoid            s = sigmoid(logits), p = s at the selected, / their sum when k > 1
 // The selection is the k largest logits in every case (all three scores are monotonic in the
-// logit), ties going to the lower expert index. With group-limited routing (Megatron's
+// logit), ties going to the lower expert index. With the aux-loss-free expert bias b (a buffer
+// the layer updates after each step, expert_bias.hpp) the selection is the k largest of
+// score_i + b_i instead (score: the logit for softmax after the top-k, the softmax over all E
+// before it, the sigmoid), and b enters nothing else: the probabilities p that weight the
+// chosen experts' outputs are those of the unbiased scores at the chosen experts. With group-limited routing (Megatron's
 // group_limited_topk) the experts form G equal groups, each scored by the sum of its k / g
 // largest selection scores (the logits for softmax after the top-k, else the softmax or sigmoid
 // scores); a token chooses among the experts of its g best groups only.
@@ -36,15 +40,17 @@ struct RouterSaved {
   plexus::kernels::Buffer scores;   // [T, E]: the aux-loss scores (softmax over E, or normalized sigmoid)
   plexus::kernels::Buffer probs;    // [T, k]
   plexus::kernels::Buffer lse;      // [T]: logsumexp of the logits (z-loss)
-  std::vector<int32_t> chosen;      // [T, k]: expert ids, largest logit first
+  std::vector<int32_t> chosen;      // [T, k]: expert ids, largest (biased) selection score first
   std::vector<int64_t> counts;      // [E]: tokens routed to each expert
   std::vector<int64_t> aux_counts;  // [E]: the aux loss's counts (a top-k without groups)
   double aux_loss = 0, z_loss = 0;
 };
 
-// logits = u Wr^T, the choice, the probabilities, the counts and the auxiliary losses.
+// logits = u Wr^T, the choice, the probabilities, the counts and the auxiliary losses. bias [E]:
+// the expert bias added to the selection scores, or null (none).
 template <class T>
-void router_forward(const MoeConfig& c, int64_t tokens, const T* u, const T* w_router, RouterSaved& s);
+void router_forward(const MoeConfig& c, int64_t tokens, const T* u, const T* w_router, const T* bias,
+                    RouterSaved& s);
 
 // dlogits [T, E] (written) from dprobs [T, k] and the auxiliary losses' gradients scaled by
 // loss_scale.

@@ -41,6 +41,12 @@ typedef struct plx_stage_info {
 #define PLX_PARAM_GRAD_REDUCED (1u << 1)
 /* A sharding wrapper must keep this parameter whole on every rank. */
 #define PLX_PARAM_REPLICATED (1u << 2)
+/* ABI 1.5: state, not a trained parameter (an MoE router's expert bias). The host allocates,
+ * initializes and checkpoints it and passes it with the parameters, but gives it no gradient (its
+ * param_grads entry has data NULL), never reduces, optimizes, clips or decays it, keeps it out of
+ * the gradient norm and the finiteness check, and keeps it whole on every rank. The layer changes
+ * it itself, in after_step, identically on every rank. Its grad_group must be NULL. */
+#define PLX_PARAM_BUFFER (1u << 3)
 
 /* How the host initializes a parameter, with its counter-based RNG keyed by the run's seed and
  * the parameter's full name (so initialization does not depend on device or load order). */
@@ -142,6 +148,17 @@ static inline double plx_backward_loss_scale(const plx_backward_args* args) {
   return args->loss_scale;
 }
 
+/* ABI 1.5: what after_step gets. */
+typedef struct plx_step_args {
+  uint32_t struct_size;
+  uint32_t num_params;
+  int64_t step;     /* the optimizer step just taken, 0-based */
+  /* Parameter values in plx_param_spec order, writable (for the buffers). Under a data-parallel
+   * strategy that shards parameters (plexus/data_parallel.h) only the buffers are whole here: the
+   * other entries have data NULL. */
+  DLTensor* params;
+} plx_step_args;
+
 /* The function table. `layer` and `state` are the plugin's own objects. Out structs are sized by
  * the caller (struct_size set before the call). Functions marked optional may be NULL. */
 typedef struct plx_layer_v1 {
@@ -170,6 +187,14 @@ typedef struct plx_layer_v1 {
    * the trainer can report model FLOP utilization. PLX_ERR_UNSUPPORTED when unknown. */
   plx_status (*estimate_flops)(void* layer, uint32_t num_inputs, const plx_tensor_desc* inputs,
                                double* out_forward_flops, double* out_backward_flops);
+
+  /* ---- ABI 1.5 ---- */
+  /* Optional: called by the host for every layer after each optimizer step (not after an
+   * evaluation), on every rank, once the parameters hold the step's new values. A layer updates
+   * its PLX_PARAM_BUFFER parameters here in place, from what its training forwards of the step
+   * recorded in the layer object (e.g. an MoE router's tokens per expert); any collective it
+   * runs must be run by every rank of the group. */
+  plx_status (*after_step)(void* layer, const plx_step_args* args);
 } plx_layer_v1;
 
 PLX_PIN_SIZE(plx_stage_info, 16);
@@ -189,7 +214,11 @@ PLX_PIN_OFFSET(plx_layer_v1, create, 8);
 PLX_PIN_OFFSET(plx_layer_v1, backward_weights, 96);
 /* ABI 1.1 */
 PLX_PIN_OFFSET(plx_layer_v1, estimate_flops, 104);
-PLX_PIN_SIZE(plx_layer_v1, 112);
+/* ABI 1.5 */
+PLX_PIN_OFFSET(plx_step_args, params, 16);
+PLX_PIN_SIZE(plx_step_args, 24);
+PLX_PIN_OFFSET(plx_layer_v1, after_step, 112);
+PLX_PIN_SIZE(plx_layer_v1, 120);
 
 #ifdef __cplusplus
 }

@@ -41,6 +41,10 @@ class LayerInstance {
   };
   // Empty when the layer cannot tell (its plugin predates ABI 1.1, or it says unsupported).
   std::optional<Flops> estimate_flops(const std::vector<plx_tensor_desc>& inputs) const;
+  // ABI 1.5: after an optimizer step, with the layer's parameter views (nothing when the layer
+  // has no after_step).
+  void after_step(int64_t step, std::vector<DLTensor>& params) const;
+  bool has_after_step() const noexcept { return table_->after_step != nullptr; }
 
   // Per-microbatch state, destroyed through the plugin.
   class State {

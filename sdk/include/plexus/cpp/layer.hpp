@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "plexus/cpp/error.hpp"
 #include "plexus/layer.h"
@@ -54,6 +55,10 @@ class Layer {
                               double& /*forward*/, double& /*backward*/) const {
     throw Error(PLX_ERR_UNSUPPORTED, "no FLOP estimate");
   }
+  // ABI 1.5: after each optimizer step, with the parameters (writable: a layer updates its
+  // PLX_PARAM_BUFFER parameters here). A layer that does not override it has no after_step in
+  // its table, and the host makes no call.
+  virtual void after_step(const plx_step_args& /*args*/) {}
 };
 
 namespace detail {
@@ -108,9 +113,20 @@ struct LayerTrampolines {
       return guard("estimate_flops", [&] { throw; });
     }
   }
+  static plx_status after_step(void* layer, const plx_step_args* args) noexcept {
+    return guard("after_step", [&] {
+      if (args == nullptr) throw Error(PLX_ERR_INVALID_ARGUMENT, "null argument");
+      self(layer).after_step(*args);
+    });
+  }
+  // Only a layer that overrides after_step gets one in its table, so the host knows which layers
+  // need the call (a pointer to a member that T only inherits has Layer as its class).
+  static constexpr bool kHasAfterStep =
+      !std::is_same_v<decltype(&T::after_step), void (Layer::*)(const plx_step_args&)>;
   static inline const plx_layer_v1 table = {
-      sizeof(plx_layer_v1), 0, &create, &destroy, &get_info, &get_param, &get_stage, &output_desc,
-      &init_param, &state_create, &state_destroy, &forward, &backward, nullptr, &estimate_flops};
+      sizeof(plx_layer_v1), 0,         &create,       &destroy,  &get_info, &get_param, &get_stage,
+      &output_desc,         &init_param, &state_create, &state_destroy, &forward,  &backward,  nullptr,
+      &estimate_flops,      kHasAfterStep ? &after_step : nullptr};
 };
 }  // namespace detail
 

@@ -108,6 +108,11 @@ class Model {
                         const distributed::Runtime& runtime);
   ShardedParameters* sharded() noexcept { return sharded_.get(); }
   const ShardedParameters* sharded() const noexcept { return sharded_.get(); }
+  // Calls every layer's after_step (ABI 1.5) once the optimizer has taken step `step` (0-based),
+  // so layers update their buffers (PLX_PARAM_BUFFER) from the step's training forwards.
+  void after_step(int64_t step);
+  // Whether any layer has an after_step (the trainer times the call only then).
+  bool has_after_step() const;
 
   // Forward only; returns the loss.
   double evaluate(const Batch& batch);

@@ -43,7 +43,8 @@ class AdamW {
   // other experts, which this function returns for this rank's part. Unset: every parameter is
   // on every rank.
   void set_divided_sum(std::function<double(double)> sum_over_holders) { divided_sum_ = std::move(sum_over_holders); }
-  // Optimizer state for checkpoints: "<param>.exp_avg" / "<param>.exp_avg_sq".
+  // Optimizer state for checkpoints: "<param>.exp_avg" / "<param>.exp_avg_sq", two per
+  // parameter in parameter order, none for a buffer (PLX_PARAM_BUFFER), which it never updates.
   std::vector<std::pair<std::string, Tensor*>> state_tensors();
 
  private:

@@ -26,13 +26,16 @@ struct Parameter {
   // Under a data-parallel strategy value and grad are views into the strategy's buffers while
   // their unit is acquired, and empty otherwise (engine/sharded_parameters.hpp).
   Tensor value;
-  Tensor grad;
+  Tensor grad;  // empty for a buffer
   int64_t numel() const noexcept {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     return n;
   }
   bool decays() const noexcept { return (flags & PLX_PARAM_NO_WEIGHT_DECAY) == 0; }
+  // State the layer updates itself (PLX_PARAM_BUFFER): no gradient, no reduction, no optimizer;
+  // checkpointed like a parameter.
+  bool is_buffer() const noexcept { return (flags & PLX_PARAM_BUFFER) != 0; }
 };
 
 class ParameterStore {
