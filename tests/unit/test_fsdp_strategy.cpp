@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fsdp_harness.hpp"
+#include "plexus/core/config.hpp"
 #include "plexus/core/distributed/runtime.hpp"
 #include "plexus/core/run_config.hpp"
 
@@ -186,6 +187,18 @@ BOOST_AUTO_TEST_CASE(prefetch_gathers_once_and_the_acquire_uses_it) {
   off.acquire(0, PLX_DP_FORWARD);
   BOOST_TEST(off.memory().param_bytes == 2 * shard);
   off.release(0, PLX_DP_FORWARD);
+
+  // A WRITE after a prefetch frees the prefetched copy (stale once written) before making its own.
+  Strategy rewrite(fsdp(), options_for("optim_grads_params"), one_unit());
+  rewrite.prefetch(0, PLX_DP_FORWARD);
+  const Span x = rewrite.acquire(0, PLX_DP_WRITE);
+  for (int64_t i = 0; i < x.size; ++i) BOOST_TEST_REQUIRE(x[i] == 0.0f);
+  for (int64_t i = 0; i < kNumel; ++i) x[i] = 9.0f;
+  rewrite.release(0, PLX_DP_WRITE);
+  BOOST_TEST(rewrite.memory().peak_param_bytes == 2 * shard);
+  const Span y = rewrite.acquire(0, PLX_DP_READ);
+  for (int64_t i = 0; i < kNumel; ++i) BOOST_TEST(y[i] == 9.0f);
+  rewrite.release(0, PLX_DP_READ);
 }
 
 BOOST_AUTO_TEST_CASE(gather_makes_a_shard_laid_tensor_whole) {
@@ -198,6 +211,21 @@ BOOST_AUTO_TEST_CASE(gather_makes_a_shard_laid_tensor_whole) {
       s.gather(0, part, full);
       BOOST_TEST(full == part, boost::test_tools::per_element());
     }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(the_schema_fills_the_defaults_and_catches_mistyped_keys) {
+  const auto schema = plexus::config::Schema::parse(fsdp().config_schema, "fsdp");
+  boost::json::value options = boost::json::object{};
+  plexus::config::validate(options, schema, "distributed.data_parallel.options");
+  BOOST_TEST(options.at("strategy").as_string() == "no_shard");
+  BOOST_TEST(options.at("prefetch").as_bool() == true);
+  boost::json::value typo = boost::json::parse(R"({"stratgy": "optim"})");
+  try {
+    plexus::config::validate(typo, schema, "distributed.data_parallel.options");
+    BOOST_FAIL("a mistyped key was accepted");
+  } catch (const std::exception& e) {
+    BOOST_TEST(std::string(e.what()).find("did you mean 'strategy'") != std::string::npos, e.what());
   }
 }
 

@@ -128,7 +128,8 @@ void FsdpStrategy::acquire(uint32_t unit, uint32_t purpose, DLTensor& out_values
                                                   quoted(u) + " while it is acquired" +
                                                   (u.held[PLX_DP_WRITE] > 0 ? " for WRITE" : "") +
                                                   " (a WRITE is never overlapped with another acquire)");
-      u.gathering.wait();  // a prefetch's copy would be stale once written
+      u.gathering.wait();  // a prefetch's copy would be stale once written: freed first
+      u.values.reset();
       u.values = Buffer(u.device, u.layout.padded_numel, Holds::values, ledger_);
     } else {
       if (!u.values) start_gather(u);
