@@ -58,6 +58,13 @@ PLX_ABI_ANCHOR(stack_layer, plx_stack_layer)
 PLX_ABI_ANCHOR(stack_description, plx_stack_description)
 PLX_ABI_ANCHOR(stack_v1, plx_stack_v1)
 
+/* data_parallel.h (ABI 1.5) */
+PLX_ABI_ANCHOR(dp_unit_desc, plx_dp_unit_desc)
+PLX_ABI_ANCHOR(dp_setup, plx_dp_setup)
+PLX_ABI_ANCHOR(dp_layout, plx_dp_layout)
+PLX_ABI_ANCHOR(dp_memory, plx_dp_memory)
+PLX_ABI_ANCHOR(data_parallel_v1, plx_data_parallel_v1)
+
 /* topology.h */
 PLX_ABI_ANCHOR(group_sink, plx_group_sink)
 PLX_ABI_ANCHOR(topology_args, plx_topology_args)
