@@ -41,7 +41,7 @@ def run(ranks, strategy, prefetch, steps, out):
 
     def wait(name):
         p = parts.get(name)
-        return 0.0 if p is None else p["forward_ms"] + p["backward_ms"] + p["update_ms"]
+        return 0.0 if p is None else sum(p.get(k, 0.0) for k in ("forward_ms", "backward_ms", "update_ms"))
 
     memory = steps_after[-1]["memory_per_rank"]
     held = max(m["peak_parameter_and_gradient_bytes"] + m["optimizer_bytes"] for m in memory)

@@ -136,9 +136,9 @@ BOOST_AUTO_TEST_CASE(four_ranks_match_ddp_and_hold_a_quarter_of_its_memory) {
   const int64_t ddp_params = bytes(ddp, "parameter_bytes");
   BOOST_TEST(bytes(ddp, "gradient_bytes") == ddp_params);
   BOOST_TEST(bytes(ddp, "optimizer_bytes") == 2 * ddp_params);
-  // Padding: each unit rounds up to a multiple of 4 ranks x 16 elements.
-  const int64_t units = start.at("data_parallel").at("units").as_int64();
-  const int64_t padding = units * 4 * 16 * 4;
+  // Padding: each unit's buffer rounds up to a multiple of 4 ranks x 16 elements.
+  const int64_t buffers = start.at("data_parallel").at("buffers").as_int64();
+  const int64_t padding = buffers * 4 * 16 * 4;
   for (std::size_t r = 0; r < 4; ++r) {
     const auto zero1 = memory_of(root / "optim", r);
     BOOST_TEST(bytes(zero1, "parameter_bytes") <= ddp_params + padding);
@@ -252,6 +252,32 @@ BOOST_AUTO_TEST_CASE(moe_with_expert_parallelism_and_the_combined_scheduler) {
   BOOST_TEST(worst_difference(a.model, b.model, 0) == 0.0);
   BOOST_TEST(step_losses(root / "zero3" / "metrics.jsonl") == step_losses(root / "zero3_combined" / "metrics.jsonl"));
   BOOST_TEST(a.model.contains("decoder.layers.1.mlp.experts.local_experts.3.linear_fc1.weight"));
+}
+
+// A Mamba/attention hybrid whose HybridStack groups are the units: "[M*][M-]" is two logical
+// layers of two sublayers each, every group gathered once for both. ZeRO-3 against DDP, and two
+// groups per unit refused as the whole decoder.
+BOOST_AUTO_TEST_CASE(a_hybrid_with_groups_as_units_under_zero3_matches_ddp) {
+  Corpus corpus;
+  const fs::path root = corpus.dir.path();
+  const std::string hybrid =
+      " --set 'model.pattern=[M*][M-]' --set model.num_layers=4"
+      " --set 'model.mamba.options={\"mamba_state_dim\": 8, \"mamba_head_dim\": 16, \"mamba_num_groups\": 2, "
+      "\"chunk_size\": 12}'";
+  for (const char* name : {"no_shard", "optim_grads_params"}) {
+    const auto result =
+        run_process(mpirun_command(2) + corpus.train((root / name).string(), kRun + hybrid + strategy(name)));
+    BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  }
+  expect_same_run(root / "no_shard", root / "optim_grads_params");
+  const auto start = records(root / "optim_grads_params" / "metrics.jsonl", "start").at(0);
+  BOOST_TEST(start.at("data_parallel").at("units").as_int64() == 4);  // embedding, two groups, output layers
+  const auto whole = run_process(mpirun_command(2) + corpus.train((root / "whole").string(),
+                                                                  kRun + hybrid + strategy("optim_grads_params") +
+                                                                      " --set distributed.data_parallel.layers_per_unit=2"));
+  BOOST_TEST(whole.status != 0);
+  BOOST_TEST(whole.output.find("would make the whole decoder (2 logical layers) one unit") != std::string::npos,
+             whole.output);
 }
 
 BOOST_AUTO_TEST_CASE(bad_unit_and_strategy_choices_are_refused) {

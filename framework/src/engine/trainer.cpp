@@ -312,12 +312,15 @@ TrainResult Trainer::run(const TrainerEvents& events) {
   boost::json::array memory = t.memory_per_rank();
   boost::json::object data_parallel{{"component", nullptr}};
   if (const ShardedParameters* sharded = t.model->sharded()) {
-    int64_t largest = 0;
+    // The whole values of the largest unit (all its buffers), what one gathered unit costs.
+    std::vector<int64_t> unit_bytes(sharded->num_units(), 0);
     for (const ShardedParameters::Buffer& b : sharded->buffers())
-      largest = std::max<int64_t>(largest, b.numel * static_cast<int64_t>(sizeof(float)));
+      unit_bytes[b.fsdp] += b.numel * static_cast<int64_t>(sizeof(float));
+    const int64_t largest = *std::max_element(unit_bytes.begin(), unit_bytes.end());
     data_parallel = {{"component", std::string(t.run_config.at("distributed").at("data_parallel").at("component").as_string())},
                      {"options", t.run_config.at("distributed").at("data_parallel").at("options")},
-                     {"units", static_cast<int64_t>(sharded->buffers().size())},
+                     {"units", static_cast<int64_t>(sharded->num_units())},
+                     {"buffers", static_cast<int64_t>(sharded->buffers().size())},
                      {"largest_unit_bytes", largest}};
   }
   t.write_metrics({{"event", "start"},
