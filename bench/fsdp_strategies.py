@@ -58,9 +58,9 @@ def main():
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(args.repeats):
+        for repeat in range(args.repeats):
             for i, (strategy, prefetch) in enumerate(STRATEGIES):
-                out = os.path.join(tmp, f"{strategy}{int(prefetch)}")
+                out = os.path.join(tmp, f"{strategy}{int(prefetch)}-{repeat}")
                 results.setdefault(i, []).append(run(args.ranks, strategy, prefetch, args.steps, out))
     median = {i: [statistics.median(r[k] for r in rs) for k in range(5)] for i, rs in results.items()}
     base = median[0][0]

@@ -19,6 +19,7 @@
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "run_process.hpp"
 #include "skip_module.hpp"
+#include "tensor_difference.hpp"
 #include "train_corpus.hpp"
 
 using plexus::test::mpirun_command;
@@ -36,26 +37,8 @@ const std::string kSteps = " --set train.steps=10 --set distributed.timeout_s=60
 // max |a - b| / max(max |a|, floor) over each tensor of the two checkpoints' models.
 double worst_weight_difference(const std::filesystem::path& a, const std::filesystem::path& b,
                                double floor = 0) {
-  const auto ca = plexus::checkpoint::load_checkpoint(a);
-  const auto cb = plexus::checkpoint::load_checkpoint(b);
-  BOOST_TEST_REQUIRE(ca.model.names() == cb.model.names());
-  double worst = 0;
-  for (const std::string& name : ca.model.names()) {
-    const auto va = ca.model.tensor(name);
-    const auto vb = cb.model.tensor(name);
-    BOOST_TEST_REQUIRE(va.bytes.size() == vb.bytes.size());
-    const auto* fa = reinterpret_cast<const float*>(va.bytes.data());
-    const auto* fb = reinterpret_cast<const float*>(vb.bytes.data());
-    const std::size_t n = va.bytes.size() / sizeof(float);
-    double scale = 0, diff = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      scale = std::max(scale, std::abs(static_cast<double>(fa[i])));
-      diff = std::max(diff, std::abs(static_cast<double>(fa[i]) - fb[i]));
-    }
-    scale = std::max(scale, floor);
-    if (scale > 0) worst = std::max(worst, diff / scale);
-  }
-  return worst;
+  return plexus::test::worst_difference(plexus::checkpoint::load_checkpoint(a).model,
+                                        plexus::checkpoint::load_checkpoint(b).model, floor);
 }
 
 void expect_same_run(const std::filesystem::path& one, const std::filesystem::path& many,

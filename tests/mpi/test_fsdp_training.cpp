@@ -26,6 +26,7 @@
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "run_process.hpp"
 #include "skip_module.hpp"
+#include "tensor_difference.hpp"
 #include "train_corpus.hpp"
 
 using plexus::test::mpirun_command;
@@ -33,6 +34,7 @@ using plexus::test::quote;
 using plexus::test::records;
 using plexus::test::run_process;
 using plexus::test::step_losses;
+using plexus::test::worst_difference;
 using Corpus = plexus::test::TrainCorpus;
 namespace fs = std::filesystem;
 
@@ -45,27 +47,6 @@ const std::string kRun =
 
 std::string strategy(const std::string& name) {
   return " --set 'distributed.data_parallel.options={\"strategy\": \"" + name + "\"}'";
-}
-
-// max |a - b| / max(max |a|, floor) over every tensor of two safetensors files with the same names.
-double worst_difference(const plexus::checkpoint::SafetensorsFile& a, const plexus::checkpoint::SafetensorsFile& b,
-                        double floor) {
-  BOOST_TEST_REQUIRE(a.names() == b.names());
-  double worst = 0;
-  for (const std::string& name : a.names()) {
-    const auto va = a.tensor(name);
-    const auto vb = b.tensor(name);
-    BOOST_TEST_REQUIRE(va.bytes.size() == vb.bytes.size());
-    const auto* fa = reinterpret_cast<const float*>(va.bytes.data());
-    const auto* fb = reinterpret_cast<const float*>(vb.bytes.data());
-    double scale = floor, diff = 0;
-    for (std::size_t i = 0; i < va.bytes.size() / sizeof(float); ++i) {
-      scale = std::max(scale, std::abs(static_cast<double>(fa[i])));
-      diff = std::max(diff, std::abs(static_cast<double>(fa[i]) - fb[i]));
-    }
-    if (scale > 0) worst = std::max(worst, diff / scale);
-  }
-  return worst;
 }
 
 // Two runs of 10 steps: the same losses, and the same weights and moments in their last checkpoints.

@@ -25,12 +25,14 @@
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "run_process.hpp"
 #include "skip_module.hpp"
+#include "tensor_difference.hpp"
 #include "train_corpus.hpp"
 
 using plexus::test::mpirun_command;
 using plexus::test::quote;
 using plexus::test::records;
 using plexus::test::run_process;
+using plexus::test::worst_difference;
 using Corpus = plexus::test::TrainCorpus;
 
 namespace {
@@ -48,27 +50,6 @@ std::map<int64_t, double> losses_by_step(const std::filesystem::path& run) {
   std::map<int64_t, double> out;
   for (const auto& r : records(run / "metrics.jsonl", "step")) out[r.at("step").as_int64()] = r.at("loss").as_double();
   return out;
-}
-
-// max |a - b| / max |a| over each tensor of two checkpoints' models (or optimizers), which must
-// hold the same names.
-double worst_difference(const plexus::checkpoint::SafetensorsFile& a, const plexus::checkpoint::SafetensorsFile& b) {
-  BOOST_TEST_REQUIRE(a.names() == b.names());
-  double worst = 0;
-  for (const std::string& name : a.names()) {
-    const auto va = a.tensor(name);
-    const auto vb = b.tensor(name);
-    BOOST_TEST_REQUIRE(va.bytes.size() == vb.bytes.size());
-    const auto* fa = reinterpret_cast<const float*>(va.bytes.data());
-    const auto* fb = reinterpret_cast<const float*>(vb.bytes.data());
-    double scale = 0, diff = 0;
-    for (std::size_t i = 0; i < va.bytes.size() / sizeof(float); ++i) {
-      scale = std::max(scale, std::abs(static_cast<double>(fa[i])));
-      diff = std::max(diff, std::abs(static_cast<double>(fa[i]) - fb[i]));
-    }
-    if (scale > 0) worst = std::max(worst, diff / scale);
-  }
-  return worst;
 }
 
 // The losses of `other` at the steps it ran equal `reference`'s, and their last checkpoints'

@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 
+#include "engine/adamw_step.hpp"
 #include "engine/device_ops.hpp"
 #include "plexus/core/engine/optimizer.hpp"
 
@@ -34,6 +35,21 @@ double learning_rate(const OptimizerSettings& s, int64_t step) {
   return s.min_lr + (s.lr - s.min_lr) * factor;
 }
 
+vector_ops::AdamWStep adamw_step_constants(const OptimizerSettings& s, int64_t step, double grad_norm) {
+  const double clip = s.clip_grad > 0 && grad_norm > s.clip_grad ? s.clip_grad / (grad_norm + 1e-6) : 1.0;
+  const double lr = learning_rate(s, step);
+  const double correction1 = 1.0 - std::pow(s.beta1, static_cast<double>(step + 1));
+  const double correction2 = 1.0 - std::pow(s.beta2, static_cast<double>(step + 1));
+  vector_ops::AdamWStep update{};
+  update.grad_scale = static_cast<float>(clip);
+  update.beta1 = static_cast<float>(s.beta1);
+  update.beta2 = static_cast<float>(s.beta2);
+  update.step_size = static_cast<float>(lr / correction1);
+  update.inv_sqrt_c2 = static_cast<float>(1.0 / std::sqrt(correction2));
+  update.eps = static_cast<float>(s.eps);
+  return update;
+}
+
 AdamW::AdamW(ParameterStore& params, OptimizerSettings settings)
     : params_(&params), settings_(std::move(settings)) {
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -55,19 +71,9 @@ double AdamW::step(int64_t step) {
   double sum_sq = device_ops::sum_of_squares(grads);
   if (divided_sum_) sum_sq += divided_sum_(divided.empty() ? 0.0 : device_ops::sum_of_squares(divided));
   const double norm = std::sqrt(sum_sq);
-  const double clip =
-      settings_.clip_grad > 0 && norm > settings_.clip_grad ? settings_.clip_grad / (norm + 1e-6) : 1.0;
   const double lr = learning_rate(settings_, step);
   last_lr_ = lr;
-  const double correction1 = 1.0 - std::pow(settings_.beta1, static_cast<double>(step + 1));
-  const double correction2 = 1.0 - std::pow(settings_.beta2, static_cast<double>(step + 1));
-  vector_ops::AdamWStep update{};
-  update.grad_scale = static_cast<float>(clip);
-  update.beta1 = static_cast<float>(settings_.beta1);
-  update.beta2 = static_cast<float>(settings_.beta2);
-  update.step_size = static_cast<float>(lr / correction1);
-  update.inv_sqrt_c2 = static_cast<float>(1.0 / std::sqrt(correction2));
-  update.eps = static_cast<float>(settings_.eps);
+  vector_ops::AdamWStep update = adamw_step_constants(settings_, step, norm);
   for (std::size_t i = 0; i < params_->size(); ++i) {
     Parameter& p = (*params_)[i];
     if (p.is_buffer()) continue;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "engine/adamw_step.hpp"
 #include "engine/device_ops.hpp"
 
 namespace plexus {
@@ -56,19 +57,9 @@ double ShardedAdamW::step(int64_t step) {
       experts += sum;
   }
   const double norm = std::sqrt(replicated + sum_over_ep_(experts) + sum_over_dp_(partitioned));
-  const double clip =
-      settings_.clip_grad > 0 && norm > settings_.clip_grad ? settings_.clip_grad / (norm + 1e-6) : 1.0;
   const double lr = learning_rate(settings_, step);
   last_lr_ = lr;
-  const double correction1 = 1.0 - std::pow(settings_.beta1, static_cast<double>(step + 1));
-  const double correction2 = 1.0 - std::pow(settings_.beta2, static_cast<double>(step + 1));
-  vector_ops::AdamWStep update{};
-  update.grad_scale = static_cast<float>(clip);
-  update.beta1 = static_cast<float>(settings_.beta1);
-  update.beta2 = static_cast<float>(settings_.beta2);
-  update.step_size = static_cast<float>(lr / correction1);
-  update.inv_sqrt_c2 = static_cast<float>(1.0 / std::sqrt(correction2));
-  update.eps = static_cast<float>(settings_.eps);
+  vector_ops::AdamWStep update = adamw_step_constants(settings_, step, norm);
   for (std::size_t k = 0; k < buffers.size(); ++k) {
     for (const ShardedParameters::Segment& s : buffers[k].segments) {
       const Parameter& p = (*params_)[s.param];
