@@ -33,8 +33,9 @@ const char* role_name(UnitRole role) {
 
 }  // namespace
 
-Model::Model(const PluginHost& host, const boost::json::value& run_config)
+Model::Model(const PluginHost& host, const boost::json::value& run_config, bool sharded)
     : settings_(ModelSettings::from_run_config(run_config)), host_(&host) {
+  params_.set_deferred(sharded);
   if (const auto* run = run_config.as_object().if_contains("run");
       run != nullptr && run->as_object().contains("device")) {
     const std::string text(run->at("device").as_string());
@@ -179,21 +180,37 @@ void Model::declare_mhc_parameters(Unit& unit, const std::string& prefix) {
   unit.mhc = std::move(mhc);
 }
 
+void Model::initialize_one(std::size_t i, uint64_t seed) {
+  Parameter& p = params_[i];
+  if (p.init != PLX_INIT_CUSTOM) {
+    initialize_parameter(p, seed);
+    return;
+  }
+  // A custom initializer belongs to the layer that declared the parameter.
+  for (const auto& unit : units_) {
+    for (std::size_t k = 0; k < unit->params.size(); ++k) {
+      if (unit->params[k] != i || unit->label != p.declared_by) continue;
+      DLTensor view = p.value.view();
+      unit->layer->init_param(static_cast<uint32_t>(k), view, seed ^ stable_hash(p.name));
+    }
+  }
+}
+
 void Model::initialize(uint64_t seed) {
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    Parameter& p = params_[i];
-    if (p.init != PLX_INIT_CUSTOM) {
-      initialize_parameter(p, seed);
-      continue;
-    }
-    // A custom initializer belongs to the layer that declared the parameter.
-    for (const auto& unit : units_) {
-      for (std::size_t k = 0; k < unit->params.size(); ++k) {
-        if (unit->params[k] != i || unit->label != p.declared_by) continue;
-        DLTensor view = p.value.view();
-        unit->layer->init_param(static_cast<uint32_t>(k), view, seed ^ stable_hash(p.name));
-      }
-    }
+  if (!sharded_) {
+    for (std::size_t i = 0; i < params_.size(); ++i) initialize_one(i, seed);
+    return;
+  }
+  // Every value is a function of (seed, name), so each rank writes each unit whole and keeps
+  // its part: the same values as one process, with one unit whole at a time.
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].is_buffer()) initialize_one(i, seed);
+  for (std::size_t f = 0; f < sharded_->num_units(); ++f) {
+    sharded_->begin_write(f);
+    for (const ShardedParameters::Buffer& b : sharded_->buffers())
+      if (b.fsdp == f)
+        for (std::size_t i : b.params) initialize_one(i, seed);
+    sharded_->end_write(f);
   }
 }
 

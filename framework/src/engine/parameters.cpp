@@ -41,8 +41,8 @@ std::size_t ParameterStore::declare(const plx_param_spec& spec, const std::strin
   param->declared_by = unit;
   param->grad_group = spec.grad_group != nullptr && *spec.grad_group != '\0' ? spec.grad_group : "dp";
   param->shape = shape;
-  param->value = Tensor(shape, spec.desc.dtype, device_);
-  if (!buffer) param->grad = Tensor(shape, spec.desc.dtype, device_);
+  if (!deferred_ || buffer) param->value = Tensor(shape, spec.desc.dtype, device_);
+  if (!buffer && !deferred_) param->grad = Tensor(shape, spec.desc.dtype, device_);
   params_.push_back(std::move(param));
   return params_.size() - 1;
 }

@@ -120,9 +120,11 @@ ShardedParameters::ShardedParameters(ParameterStore& params, const std::vector<U
     }
   }
 
-  // The values initialized in the store move into the strategy's buffers, unit by unit.
+  // Values the store holds (a model initialized before it was sharded) move into the strategy's
+  // buffers, unit by unit; a model built for sharding has none yet (Model::initialize writes them).
   for (std::size_t k = 0; k < buffers_.size(); ++k) {
     Buffer& b = buffers_[k];
+    if (params[b.params.front()].value.empty()) continue;
     const DLTensor whole = strategy_->acquire(static_cast<uint32_t>(k), PLX_DP_WRITE);
     for (std::size_t i = 0; i < b.params.size(); ++i) {
       const Tensor& value = params[b.params[i]].value;

@@ -81,9 +81,11 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   t.seed = static_cast<uint64_t>(get_int(rc, "run", "seed"));
   t.output_dir = std::string(rc.at("run").at("output_dir").as_string());
 
-  t.model = std::make_unique<Model>(host, rc);
+  // More than one data-parallel rank: a strategy will hold the parameters, so the model is built
+  // without allocating them and initialized once they are sharded.
+  const bool sharded = runtime != nullptr && runtime->data_parallel().size() > 1;
+  t.model = std::make_unique<Model>(host, rc, sharded);
   t.seq_length = t.model->settings().seq_length;
-  t.model->initialize(t.seed);
   t.scheduler_config = std::make_unique<ConfigHandle>(rc.at("scheduler").at("options"), "scheduler.options");
   t.scheduler = std::make_unique<SchedulerInstance>(
       host.get(PLX_KIND_SCHEDULER, std::string(rc.at("scheduler").at("component").as_string())),
@@ -120,7 +122,9 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
         *t.model->sharded(), t.model->parameters(), optimizer_settings,
         [&t](double local) { return t.over_ranks(local, distributed::ReduceOp::sum); }, sum_over_ep);
     t.collective_forward = t.collective_forward || t.model->sharded()->values_sharded();
+    t.model->initialize(t.seed);
   } else {
+    t.model->initialize(t.seed);
     t.optimizer = std::make_unique<AdamW>(t.model->parameters(), optimizer_settings);
     if (t.collective_forward) t.optimizer->set_divided_sum(sum_over_ep);
   }

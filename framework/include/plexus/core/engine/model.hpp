@@ -79,7 +79,9 @@ enum class UnitRole;
 
 class Model {
  public:
-  Model(const PluginHost& host, const boost::json::value& run_config);
+  // `sharded`: the parameters will be handed to a data-parallel strategy (shard_parameters,
+  // then initialize), so none is allocated whole here.
+  Model(const PluginHost& host, const boost::json::value& run_config, bool sharded = false);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -89,6 +91,8 @@ class Model {
   DLDevice device() const noexcept { return device_; }
   ParameterStore& parameters() noexcept { return params_; }
   const ParameterStore& parameters() const noexcept { return params_; }
+  // Every parameter from its init spec (or its layer's initializer). Under a data-parallel
+  // strategy unit by unit: each unit written whole, then only this rank's part kept.
   void initialize(uint64_t seed);
 
   // Forward and backward of every microbatch in the order the scheduler chooses; gradients
@@ -98,8 +102,9 @@ class Model {
   // into `profile` (nullptr: off); evaluation is not timed.
   void set_profile(StepProfile* profile) noexcept { profile_ = profile; }
 
-  // Hands the parameters to a data-parallel strategy component (plexus/data_parallel.h), after
-  // initialize(): the model is cut into FSDP units (the embedding; every `layers_per_unit`
+  // Hands the parameters to a data-parallel strategy component (plexus/data_parallel.h), before
+  // initialize() for a model built `sharded` (or after it, moving the values in): the model is
+  // cut into FSDP units (the embedding; every `layers_per_unit`
   // logical decoder layers; the final norm with the head), whose whole values exist while a
   // unit's forward or backward runs, and whose gradients go to the strategy as each unit's
   // backward completes. Throws config::ConfigError for a unit size that does not divide the
@@ -158,6 +163,7 @@ class Model {
   void run_forward(Run& run);
 
   void declare_mhc_parameters(Unit& unit, const std::string& prefix);
+  void initialize_one(std::size_t param, uint64_t seed);
 
   ModelSettings settings_;
   const PluginHost* host_;

@@ -44,6 +44,10 @@ class ParameterStore {
   std::size_t declare(const plx_param_spec& spec, const std::string& prefix, const std::string& unit);
   // Where parameters declared from now on live (the CPU until set).
   void set_device(DLDevice device) noexcept { device_ = device; }
+  // Parameters declared from now on get no storage of their own (buffers excepted): a
+  // data-parallel strategy will hold them (engine/sharded_parameters.hpp), so a rank never
+  // allocates the whole model.
+  void set_deferred(bool deferred) noexcept { deferred_ = deferred; }
   std::size_t size() const noexcept { return params_.size(); }
   Parameter& operator[](std::size_t i) { return *params_[i]; }
   const Parameter& operator[](std::size_t i) const { return *params_[i]; }
@@ -54,6 +58,7 @@ class ParameterStore {
  private:
   std::vector<std::unique_ptr<Parameter>> params_;
   DLDevice device_{kDLCPU, 0};
+  bool deferred_ = false;
 };
 
 // Fills a parameter from its init spec with the counter-based RNG keyed by (seed, name), so a
