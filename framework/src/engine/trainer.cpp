@@ -161,9 +161,9 @@ void Trainer::Impl::check_sharded_gradients_finite() const {
   for (std::size_t k = 0; k < buffers.size() && found.empty(); ++k) {
     const DataParallelInstance::Shard shard = model->sharded()->strategy().shard(static_cast<uint32_t>(k));
     for (const ShardedParameters::Segment& s : buffers[k].segments) {
-      auto* data = static_cast<std::byte*>(shard.grads.data) + shard.grads.byte_offset +
-                   static_cast<std::size_t>(s.shard_begin) * sizeof(float);
-      const Tensor part = Tensor::borrowed(data, {s.count}, plx_dtype_f32(), shard.grads.device);
+      auto* first = static_cast<std::byte*>(shard.grads.data) + shard.grads.byte_offset +
+                    static_cast<std::size_t>(s.shard_begin) * sizeof(float);
+      const Tensor part = Tensor::borrowed(first, {s.count}, plx_dtype_f32(), shard.grads.device);
       if (const int64_t bad = device_ops::first_non_finite(part); bad >= 0) {
         found = "non-finite gradient of " + model->parameters()[s.param].name + " (element " +
                 std::to_string(s.param_begin + bad) + ") in unit " + buffers[k].name;
