@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
 import mamba2_reference as ref  # noqa: E402
-from torch_timing import median, time_forward_backward  # noqa: E402
+from torch_timing import median, prepare_threads, time_forward_backward  # noqa: E402
 
 
 def causal_conv_silu(xbc, weight, bias):
@@ -67,13 +67,9 @@ def main():
                      conv=4, chunk=128, threads=2, iters=10).items():
         ap.add_argument("--" + k.replace("_", "-"), type=int, default=v)
     a = ap.parse_args()
-    if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
-        sys.exit("torch_mamba.py: set OPENBLAS_NUM_THREADS=1 (one thread pool: PyTorch's own)")
-    torch.set_num_threads(a.threads)
     # Subnormal floats count as zero, as in plexus-train (run.flush_denormals): the decays of the
     # chunked scan underflow, and arithmetic on subnormals costs a hundred cycles on either side.
-    torch.set_flush_denormal(True)
-    torch.manual_seed(0)
+    prepare_threads("torch_mamba.py", a.threads)
     d_inner = a.expand * a.d_model
     heads = d_inner // a.head_dim
     conv_dim = d_inner + 2 * a.groups * a.state_dim

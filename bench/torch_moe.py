@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
 import moe_reference as ref  # noqa: E402
-from torch_timing import median, time_forward_backward  # noqa: E402
+from torch_timing import median, prepare_threads, time_forward_backward  # noqa: E402
 
 
 def moe_layer(h, p, case):
@@ -71,11 +71,7 @@ def main():
         ap.add_argument("--" + key.replace("_", "-"), type=int, default=v)
     ap.add_argument("--activation", choices=["gelu", "swiglu"], default="gelu")
     a = ap.parse_args()
-    if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
-        sys.exit("torch_moe.py: set OPENBLAS_NUM_THREADS=1 (one thread pool: PyTorch's own)")
-    torch.set_num_threads(a.threads)
-    torch.set_flush_denormal(True)
-    torch.manual_seed(0)
+    prepare_threads("torch_moe.py", a.threads)
     case = dict(experts=a.experts, topk=a.topk, normalization="RMSNorm", layernorm_epsilon=1e-5,
                 activation=a.activation, score="softmax", pre_softmax=False, aux_loss_coeff=0.0,
                 z_loss_coeff=0.0, capacity_factor=0, drop_policy="probs", shared=False, num_groups=0,
