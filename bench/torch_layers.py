@@ -8,10 +8,11 @@ training forward and its backward (input and weight gradients), and the fastest 
 """
 import argparse
 import math
-import time
 
 import torch
 import torch.nn.functional as F
+
+from torch_timing import median, time_forward_backward
 
 
 def rms(x, w, eps=1e-5):
@@ -53,19 +54,8 @@ def mlp(x, w, w1, w2, activation, f):
 
 def bench(name, fn, params, x, iters):
     dy = torch.randn_like(x)
-    fwd, bwd = [], []
-    for it in range(iters + 3):
-        for p in params + [x]:
-            p.grad = None
-        t0 = time.perf_counter()
-        y = fn()
-        t1 = time.perf_counter()
-        y.backward(dy)
-        t2 = time.perf_counter()
-        if it >= 3:
-            fwd.append((t1 - t0) * 1e3)
-            bwd.append((t2 - t1) * 1e3)
-    fm, bm = sorted(fwd)[len(fwd) // 2], sorted(bwd)[len(bwd) // 2]
+    fwd, bwd = time_forward_backward(fn, params + [x], dy, iters)
+    fm, bm = median(fwd), median(bwd)
     best = min(f + b for f, b in zip(fwd, bwd))
     print(f"torch {name:<16} fwd {fm:7.2f} ms  bwd {bm:7.2f} ms  fwd+bwd median {fm + bm:7.2f} ms  min {best:7.2f} ms")
 

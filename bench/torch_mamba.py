@@ -21,13 +21,13 @@ import argparse
 import math
 import os
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
 import mamba2_reference as ref  # noqa: E402
+from torch_timing import median, prepare_threads, time_forward_backward  # noqa: E402
 
 
 def causal_conv_silu(xbc, weight, bias):
@@ -67,13 +67,9 @@ def main():
                      conv=4, chunk=128, threads=2, iters=10).items():
         ap.add_argument("--" + k.replace("_", "-"), type=int, default=v)
     a = ap.parse_args()
-    if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
-        sys.exit("torch_mamba.py: set OPENBLAS_NUM_THREADS=1 (one thread pool: PyTorch's own)")
-    torch.set_num_threads(a.threads)
     # Subnormal floats count as zero, as in plexus-train (run.flush_denormals): the decays of the
     # chunked scan underflow, and arithmetic on subnormals costs a hundred cycles on either side.
-    torch.set_flush_denormal(True)
-    torch.manual_seed(0)
+    prepare_threads("torch_mamba.py", a.threads)
     d_inner = a.expand * a.d_model
     heads = d_inner // a.head_dim
     conv_dim = d_inner + 2 * a.groups * a.state_dim
@@ -106,19 +102,8 @@ def main():
     if not err < 1e-5:
         sys.exit(f"torch_mamba.py: the timed formulation differs from the reference by {err:.2e}")
 
-    fwd, bwd = [], []
-    for it in range(a.iters + 3):
-        for p in list(params.values()) + [x]:
-            p.grad = None
-        t0 = time.perf_counter()
-        y = mamba_layer(x, params, case)
-        t1 = time.perf_counter()
-        y.backward(dy)
-        t2 = time.perf_counter()
-        if it >= 3:  # warm-up: first touches of memory, thread start
-            fwd.append((t1 - t0) * 1e3)
-            bwd.append((t2 - t1) * 1e3)
-    fm, bm = sorted(fwd)[len(fwd) // 2], sorted(bwd)[len(bwd) // 2]
+    fwd, bwd = time_forward_backward(lambda: mamba_layer(x, params, case), list(params.values()) + [x], dy, a.iters)
+    fm, bm = median(fwd), median(bwd)
     best = min(f + b for f, b in zip(fwd, bwd))
     print(f"PyTorch {torch.__version__} eager, {a.threads} threads, B={a.batch} L={a.seq} d_model={a.d_model} "
           f"d_inner={d_inner} H={heads} P={a.head_dim} N={a.state_dim} G={a.groups} W={a.conv} Q={a.chunk} f32")

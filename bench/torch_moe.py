@@ -24,13 +24,13 @@ same cores (the script refuses to run without it). Subnormal floats are flushed 
 import argparse
 import os
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
 import moe_reference as ref  # noqa: E402
+from torch_timing import median, prepare_threads, time_forward_backward  # noqa: E402
 
 
 def moe_layer(h, p, case):
@@ -71,11 +71,7 @@ def main():
         ap.add_argument("--" + key.replace("_", "-"), type=int, default=v)
     ap.add_argument("--activation", choices=["gelu", "swiglu"], default="gelu")
     a = ap.parse_args()
-    if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
-        sys.exit("torch_moe.py: set OPENBLAS_NUM_THREADS=1 (one thread pool: PyTorch's own)")
-    torch.set_num_threads(a.threads)
-    torch.set_flush_denormal(True)
-    torch.manual_seed(0)
+    prepare_threads("torch_moe.py", a.threads)
     case = dict(experts=a.experts, topk=a.topk, normalization="RMSNorm", layernorm_epsilon=1e-5,
                 activation=a.activation, score="softmax", pre_softmax=False, aux_loss_coeff=0.0,
                 z_loss_coeff=0.0, capacity_factor=0, drop_policy="probs", shared=False, num_groups=0,
@@ -101,20 +97,9 @@ def main():
     if not err < 1e-10:
         sys.exit(f"torch_moe.py: the timed formulation differs from the reference by {err:.2e}")
 
-    fwd, bwd = [], []
-    for it in range(a.iters + 3):
-        for t in list(params.values()) + [x]:
-            t.grad = None
-        t0 = time.perf_counter()
-        y = moe_layer(x, params, case)
-        t1 = time.perf_counter()
-        y.backward(dy)
-        t2 = time.perf_counter()
-        if it >= 3:  # warm-up: first touches of memory, thread start
-            fwd.append((t1 - t0) * 1e3)
-            bwd.append((t2 - t1) * 1e3)
+    fwd, bwd = time_forward_backward(lambda: moe_layer(x, params, case), list(params.values()) + [x], dy, a.iters)
     total = sorted(f + b for f, b in zip(fwd, bwd))
-    fm, bm = sorted(fwd)[len(fwd) // 2], sorted(bwd)[len(bwd) // 2]
+    fm, bm = median(fwd), median(bwd)
     print(f"PyTorch {torch.__version__} eager, {a.threads} threads, T={a.batch * a.seq} (B={a.batch} L={a.seq}) "
           f"C={a.hidden} F={a.ffn} E={a.experts} k={a.topk} {a.activation} f32")
     print(f"torch moe fwd {fm:8.2f} ms  bwd {bm:8.2f} ms  fwd+bwd median {total[len(total) // 2]:8.2f} ms  "

@@ -1,0 +1,47 @@
+"""The timed loop of the PyTorch baselines (torch_layers.py, torch_mamba.py, torch_moe.py), as
+bench_layers, bench_mamba and bench_moe time the plugin's layers: a training forward and the
+backward that follows, the gradients cleared before each, after 3 untimed iterations (first
+touches of memory, thread start); and the one thread pool that torch_mamba.py and torch_moe.py
+run in.
+"""
+import os
+import sys
+import time
+
+import torch
+
+
+def prepare_threads(script, threads):
+    """One thread pool of `threads` threads, PyTorch's own: the OpenBLAS that Debian's PyTorch
+    calls for matrix products must not start a second on the same cores, so `script` refuses to
+    run without OPENBLAS_NUM_THREADS=1. Subnormal floats count as zero, as in plexus-train
+    (run.flush_denormals) and the C++ benchmarks; seed 0."""
+    if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
+        sys.exit(f"{script}: set OPENBLAS_NUM_THREADS=1 (one thread pool: PyTorch's own)")
+    torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)
+    torch.manual_seed(0)
+
+
+def time_forward_backward(forward, leaves, dy, iters):
+    """Milliseconds of the forward and of the backward of each of `iters` timed iterations;
+    forward() returns the output that dy is the gradient of, `leaves` are the tensors whose
+    gradients it accumulates."""
+    fwd, bwd = [], []
+    for it in range(iters + 3):
+        for t in leaves:
+            t.grad = None
+        t0 = time.perf_counter()
+        y = forward()
+        t1 = time.perf_counter()
+        y.backward(dy)
+        t2 = time.perf_counter()
+        if it >= 3:
+            fwd.append((t1 - t0) * 1e3)
+            bwd.append((t2 - t1) * 1e3)
+    return fwd, bwd
+
+
+def median(values):
+    """The upper median, as the C++ benchmarks take it."""
+    return sorted(values)[len(values) // 2]
