@@ -71,6 +71,10 @@ class MoeDevice {
   virtual void route_backward(DeviceState& state, const DeviceWeights& w, const DeviceGrads& g, double loss_scale,
                               float* dh, plx_stream stream) = 0;
 
+  // values summed over `group` in place, through a buffer on this layer's device: a GPU's comm
+  // backend (NCCL) reduces device memory only. Blocking; collective over the group.
+  virtual void all_reduce_sum(const plx_host_api& host, plx_group group, std::vector<double>& values) = 0;
+
   // Copies between host memory and this layer's device (the expert bias's update after a step).
   virtual void download(const void* device, std::size_t bytes, void* host) = 0;
   virtual void upload(const void* host, std::size_t bytes, void* device) = 0;

@@ -352,7 +352,13 @@ class MoeLayer final : public plexus::sdk::Layer {
   // once, and the expert bias's update from them.
   void after_step(const plx_step_args& args) override {
     const plexus::sdk::Host host = plexus::sdk::Host::current();
-    const std::vector<double> counts = load_.take_global(*host.api());
+    // On a GPU through device memory (a GPU's comm backend reduces nothing else).
+    ExpertLoad::Reduce on_device;
+    if (device_impl_)
+      on_device = [&](plx_group group, std::vector<double>& values) {
+        device_impl_->all_reduce_sum(*host.api(), group, values);
+      };
+    const std::vector<double> counts = load_.take_global(*host.api(), on_device);
     const plx_host_api* api = host.api();
     double total = 0;
     for (double n : counts) total += n;

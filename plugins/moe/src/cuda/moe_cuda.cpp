@@ -11,6 +11,7 @@
 
 #include "cuda/kernels.hpp"
 #include "device_impl.hpp"
+#include "plexus/cpp/error.hpp"
 #include "plexus_cuda_kernels/activation.hpp"
 #include "plexus_cuda_kernels/current_device.hpp"
 #include "plexus_cuda_kernels/error.hpp"
@@ -231,6 +232,7 @@ class MoeCuda final : public MoeDevice {
     cl::Context::Scope scope(context_, stream);
     const cudaStream_t s = scope.stream();
     auto& st = static_cast<CudaState&>(state);
+    st.memory.used_on(s);
     if (st.tokens == 0) return;
     const int64_t rows = st.offsets.back(), n = st.tokens;
     st.y_perm = take<float>(st, rows * c.hidden, s);
@@ -247,6 +249,7 @@ class MoeCuda final : public MoeDevice {
   void unpermute(DeviceState& state, float* out, plx_stream stream) override {
     cl::Context::Scope scope(context_, stream);
     auto& st = static_cast<CudaState&>(state);
+    st.memory.used_on(scope.stream());
     if (st.tokens == 0) return;
     combine_rows(st.tokens, config_.topk, config_.hidden, st.slot_row, st.y_perm, st.probs, st.shared_y, out,
                  scope.stream());
@@ -321,6 +324,26 @@ class MoeCuda final : public MoeDevice {
     else
       ck::layernorm_backward<float>(scope.handle(), n, hidden, du, st.xhat, st.rstd, w.norm_w, dh, g.norm_w,
                                     g.norm_b);
+  }
+
+  void all_reduce_sum(const plx_host_api& host, plx_group group, std::vector<double>& values) override {
+    if (values.empty()) return;
+    const ck::CurrentDevice guard(device_.device_id);
+    cl::Arena memory(device_);
+    double* buffer = memory.take<double>(values.size(), nullptr);
+    const std::size_t bytes = values.size() * sizeof(double);
+    const char* where = "moe.layer after_step: the tokens per expert over dp";
+    PLEXUS_CUDA_CHECK(cudaMemcpy(buffer, values.data(), bytes, cudaMemcpyHostToDevice), where);
+    auto extent = static_cast<int64_t>(values.size());
+    DLTensor t{};
+    t.data = buffer;
+    t.device = device_;
+    t.ndim = 1;
+    t.dtype = DLDataType{kDLFloat, 64, 1};
+    t.shape = &extent;
+    const plx_status status = host.all_reduce(host.ctx, group, &t, &t, PLX_REDUCE_SUM, nullptr, nullptr);
+    if (status != PLX_OK) throw plexus::sdk::Error::from_host(status);
+    PLEXUS_CUDA_CHECK(cudaMemcpy(values.data(), buffer, bytes, cudaMemcpyDeviceToHost), where);
   }
 
   void download(const void* device, std::size_t bytes, void* host) override {
