@@ -20,8 +20,9 @@
 //
 // Cases: top-1 and top-2, softmax after and before the top-k, sigmoid with k = 1 and 2, GeLU and
 // SwiGLU, RMSNorm and LayerNorm, shared experts, the aux and z-losses with a loss scale of 0.25,
-// the expert bias in the selection, experts that receive no token; two runs bit-identical; the
-// refusals (float64, a tensor on the CPU, a capacity).
+// the expert bias in the selection, experts that receive no token, a capacity dropping by
+// probability and by position; two runs bit-identical; the refusals (float64, a tensor on the
+// CPU, group-limited routing).
 //
 // Without a CUDA device (or in a build without CUDA) the module reports itself skipped (77).
 #define BOOST_TEST_MODULE moe_cuda
@@ -226,6 +227,20 @@ BOOST_AUTO_TEST_CASE(experts_without_tokens_and_many_tokens) {
   compare(config(8, 2, {{"moe_aux_loss_coeff", 0.1}}), 4, 300, 15, "1200 tokens, more pairs than the sort's workers");
 }
 
+// Capacities that drop pairs (with 2 x 9 tokens over 4 experts, factor 0.5 keeps 5 of each
+// expert's pairs). By probability a drop depends on the probabilities' order within an expert: a
+// near-tie there could order the two sides differently, a risk of about 1e-5 per pair at these
+// sizes, taken with fixed seeds.
+BOOST_AUTO_TEST_CASE(a_capacity_drops_the_same_pairs_as_on_the_cpu) {
+  compare(config(4, 2, {{"moe_expert_capacity_factor", 0.5}}), 2, 9, 18, "capacity 0.5 by probability");
+  compare(config(4, 2, {{"moe_expert_capacity_factor", 0.5}, {"moe_token_drop_policy", "position"}}), 2, 9, 19,
+          "capacity 0.5 by position");
+  compare(config(4, 1, {{"moe_expert_capacity_factor", 1.0}, {"moe_shared_expert_intermediate_size", 10},
+                        {"moe_aux_loss_coeff", 0.1}}),
+          2, 9, 20, "capacity 1.0, top-1, shared experts, aux loss");
+  compare(config(8, 2, {{"moe_expert_capacity_factor", 1.25}}), 4, 300, 21, "capacity 1.25, 1200 tokens");
+}
+
 BOOST_AUTO_TEST_CASE(two_runs_are_bit_identical) {
   const Config c = config(8, 2, {{"moe_aux_loss_coeff", 0.1}, {"moe_shared_expert_intermediate_size", 10}});
   const Result a = compare(c, 4, 100, 16, "determinism, first run");
@@ -256,9 +271,9 @@ BOOST_AUTO_TEST_CASE(what_the_cuda_path_does_not_take_is_refused) {
   for (std::size_t i = 0; i < static_cast<std::size_t>(x64.numel()); ++i) x64.data<double>()[i] = x.get(i);
   const std::string f64 = forward_error(*gpu, tensors(x64.to(kGpu)), std::move(p64));
   BOOST_TEST((tt::mentions(f64, "float64") && tt::mentions(f64, "not built yet")), f64);
-  // A capacity: refused when the layer is created.
-  const std::string capacity =
-      tt::error_of([&] { moe_test::Layer l(config(4, 2, {{"moe_expert_capacity_factor", 1.0}}), kGpu); });
-  BOOST_TEST((tt::mentions(capacity, "moe_expert_capacity_factor") && tt::mentions(capacity, "not built yet")),
-             capacity);
+  // Group-limited routing: refused when the layer is created.
+  const std::string groups = tt::error_of([&] {
+    moe_test::Layer l(config(4, 2, {{"moe_router_num_groups", 2}, {"moe_router_group_topk", 1}}), kGpu);
+  });
+  BOOST_TEST((tt::mentions(groups, "moe_router_num_groups") && tt::mentions(groups, "not built yet")), groups);
 }

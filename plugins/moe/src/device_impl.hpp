@@ -39,9 +39,11 @@ struct DeviceGrads {
 };
 
 // What the route stage tells the layer: the rows of each expert (offsets [E + 1], as
-// Permutation::offsets) and, in a training forward, the auxiliary losses' values.
+// Permutation::offsets), the pairs a capacity dropped and, in a training forward, the auxiliary
+// losses' values.
 struct RouteResult {
   std::vector<int64_t> offsets;
+  int64_t dropped = 0;
   double aux_loss = 0, z_loss = 0;
 };
 

@@ -15,7 +15,7 @@
 // a scheduler can run another microbatch's compute in between (the comm backend progresses the
 // transfer on its own). Everything a later stage needs lives in the per-microbatch state.
 //
-// On a CUDA device (float32, ep = 1, dropless, no group-limited routing) the same three stages
+// On a CUDA device (float32, ep = 1, no group-limited routing) the same three stages
 // run through the MoeDevice of src/cuda/ (device_impl.hpp); this file still makes every check.
 #include "moe_layer.hpp"
 
@@ -115,11 +115,6 @@ MoeConfig read_config(const plx_layer_create_args& args) {
 // touched), naming the option and the device.
 void expect_built_on_cuda(const MoeConfig& c, const ExpertGroup& ep, DLDevice device) {
   const std::string on = std::string(kComponent) + " on CUDA (" + plexus::sdk::device_text(device) + "): ";
-  if (c.capacity_factor > 0)
-    throw Error(PLX_ERR_UNSUPPORTED, on + "a capacity (moe_expert_capacity_factor " +
-                                         std::to_string(c.capacity_factor) +
-                                         ", token dropping) is not built yet; leave the option out for dropless "
-                                         "routing, or run the layer on the CPU");
   if (c.groups > 0)
     throw Error(PLX_ERR_UNSUPPORTED, on + "group-limited routing (moe_router_num_groups " +
                                          std::to_string(c.groups) +
@@ -636,7 +631,7 @@ class MoeLayer final : public plexus::sdk::Layer {
       const RouteResult r = device_impl_->route(*st.device, w, batch * seq, data<float>(args.inputs[0]), training,
                                                 args.compute_stream);
       if (training) {
-        report(r.aux_loss, r.z_loss, 0);
+        report(r.aux_loss, r.z_loss, r.dropped);
         load_.add(r.offsets);
       }
       return;
@@ -693,8 +688,7 @@ const plx_component_desc* layer_component() {
       kComponent,
       "a mixture-of-experts MLP (Megatron-LM's MoELayer), F only: pre_mlp_layernorm, top-k router, "
       "experts as grouped products over tokens sorted by expert, expert-parallel over the \"ep\" group "
-      "(dispatch and combine all-to-alls as comm stages); CPU, float32 and float64; CUDA, float32 (ep = 1, "
-      "dropless)",
+      "(dispatch and combine all-to-alls as comm stages); CPU, float32 and float64; CUDA, float32 (ep = 1)",
       options_schema());
   return &desc;
 }

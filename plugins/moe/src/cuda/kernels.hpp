@@ -36,11 +36,19 @@ void count_by_expert(int64_t pairs, int64_t experts, const int32_t* ids, int64_t
 // order fixed by the sizes.
 void column_sums(int64_t rows, int64_t cols, const float* x, bool square, double* out, cudaStream_t stream);
 
-// The permutation (sort_by_expert.hpp in one block): offsets [E + 1], row_token [T k] and slot_row
-// [T k] (written) from chosen [T k]; cursor: scratch of sort_scratch(E) elements.
+// The permutation (sort_by_expert.hpp in one block): offsets [E + 1], row_token [rows], row_pair
+// [rows] (may be null) and slot_row [T k] (written) from chosen [T k]; kept [T k]: 0 for a pair
+// a capacity dropped, or null (dropless); cursor: scratch of sort_scratch(E) elements.
 int64_t sort_scratch(int64_t experts);
-void sort_by_expert(int64_t pairs, int64_t topk, int64_t experts, const int32_t* chosen, int64_t* cursor,
-                    int64_t* offsets, int64_t* row_token, int64_t* slot_row, cudaStream_t stream);
+void sort_by_expert(int64_t pairs, int64_t topk, int64_t experts, const int32_t* chosen, const uint8_t* kept,
+                    int64_t* cursor, int64_t* offsets, int64_t* row_token, int64_t* row_pair, int64_t* slot_row,
+                    cudaStream_t stream);
+
+// kept [T k] (written): 1 for the pairs each expert keeps under `capacity` (sort::keeps), from
+// the dropless permutation's offsets, row_pair and slot_row.
+void keep_within_capacity(int64_t pairs, int64_t capacity, bool by_position, const int32_t* chosen,
+                          const float* probs, const int64_t* offsets, const int64_t* row_pair,
+                          const int64_t* slot_row, uint8_t* kept, cudaStream_t stream);
 
 // x_perm[r] = x[row_token[r]] for r < rows (rows of `cols`).
 void gather_rows(int64_t rows, int64_t cols, const int64_t* row_token, const float* x, float* x_perm,

@@ -1,4 +1,4 @@
-// moe.layer on a CUDA device (device_impl.hpp), float32, every expert on this rank, dropless: the
+// moe.layer on a CUDA device (device_impl.hpp), float32, every expert on this rank: the
 // CPU path's stages (moe_layer.cpp) with the products through cuBLAS (plexus_cuda_kernels' gemm),
 // the pre-norm and the activations through plexus_cuda_kernels, and the routing and the
 // permutation through this folder's kernels (kernels.hpp). The experts run as on the CPU: per
@@ -185,9 +185,22 @@ class MoeCuda final : public MoeDevice {
     st.slot_row = take<int64_t>(st, pairs, s);
     int64_t* offsets = temp.take<int64_t>(sz(e_count + 1), s);
     int64_t* cursor = temp.take<int64_t>(sz(sort_scratch(e_count)), s);
-    sort_by_expert(pairs, kk, e_count, st.chosen, cursor, offsets, st.row_token, st.slot_row, s);
-    st.x_perm = take<float>(st, pairs * hidden, s);
-    gather_rows(pairs, hidden, st.row_token, st.u, st.x_perm, s);
+    if (c.capacity_factor > 0) {
+      // The dropless permutation decides what each expert keeps (capacity.cpp's rule); the
+      // permutation of the kept pairs is then sorted again.
+      int64_t* all_offsets = temp.take<int64_t>(sz(e_count + 1), s);
+      int64_t* all_token = temp.take<int64_t>(sz(pairs), s);
+      int64_t* all_pair = temp.take<int64_t>(sz(pairs), s);
+      int64_t* all_slot = temp.take<int64_t>(sz(pairs), s);
+      sort_by_expert(pairs, kk, e_count, st.chosen, nullptr, cursor, all_offsets, all_token, all_pair, all_slot, s);
+      auto* kept = temp.take<uint8_t>(sz(pairs), s);
+      keep_within_capacity(pairs, c.capacity(n), c.drop_by_position, st.chosen, st.probs, all_offsets, all_pair,
+                           all_slot, kept, s);
+      sort_by_expert(pairs, kk, e_count, st.chosen, kept, cursor, offsets, st.row_token, nullptr, st.slot_row, s);
+    } else {
+      sort_by_expert(pairs, kk, e_count, st.chosen, nullptr, cursor, offsets, st.row_token, nullptr, st.slot_row,
+                     s);
+    }
     if (c.aux_loss_coeff > 0) {
       st.aux_counts = take<int64_t>(st, e_count, s);
       count_by_expert(pairs, e_count, st.plain, st.aux_counts, s);
@@ -217,7 +230,12 @@ class MoeCuda final : public MoeDevice {
       PLEXUS_CUDA_CHECK(cudaMemcpyAsync(&lse_squares, sum, sizeof(double), cudaMemcpyDeviceToHost, s), where);
     }
     PLEXUS_CUDA_CHECK(cudaStreamSynchronize(s), where);
+    // The rows (fewer than T k when a capacity dropped some), gathered once their count is known.
+    const int64_t rows = st.offsets.back();
+    st.x_perm = take<float>(st, rows * hidden, s);
+    gather_rows(rows, hidden, st.row_token, st.u, st.x_perm, s);
     result.offsets = st.offsets;
+    result.dropped = pairs - rows;
     const double t = static_cast<double>(n);
     if (training && c.aux_loss_coeff > 0) {
       for (std::size_t e = 0; e < column.size(); ++e) result.aux_loss += column[e] * static_cast<double>(counts[e]);

@@ -1,5 +1,6 @@
 // The permutation on the GPU: the counting sort by expert (sort_by_expert.hpp, one block), the
-// gather of the rows, the weighted combine back to tokens, and their backward. The combine sums a
+// gather of the rows, the weighted combine back to tokens, and their backward; a capacity's
+// choice of the pairs each expert keeps (one thread per pair, from the dropless sort). The combine sums a
 // token's k choices in choice order, as permutation.cpp; nothing uses atomics.
 #include <cuda_runtime.h>
 
@@ -13,10 +14,10 @@ namespace {
 // The workers (threads) of the one block that sorts.
 constexpr int kSortWorkers = 256;
 
-__global__ void sort_kernel(sort::SortShape s, const int32_t* chosen, int64_t* cursor, int64_t* offsets,
-                            int64_t* row_token, int64_t* slot_row) {
+__global__ void sort_kernel(sort::SortShape s, const int32_t* chosen, const uint8_t* kept, int64_t* cursor,
+                            int64_t* offsets, int64_t* row_token, int64_t* row_pair, int64_t* slot_row) {
   const int64_t w = threadIdx.x;
-  sort::count_chunk(s, w, chosen, cursor);
+  sort::count_chunk(s, w, chosen, kept, cursor);
   __syncthreads();
   for (int64_t e = w; e < s.experts; e += kSortWorkers) sort::total_expert(s, e, cursor, offsets);
   __syncthreads();
@@ -24,7 +25,14 @@ __global__ void sort_kernel(sort::SortShape s, const int32_t* chosen, int64_t* c
   __syncthreads();
   for (int64_t e = w; e < s.experts; e += kSortWorkers) sort::start_rows(s, e, offsets, cursor);
   __syncthreads();
-  sort::place_chunk(s, w, chosen, cursor, row_token, slot_row);
+  sort::place_chunk(s, w, chosen, kept, cursor, row_token, row_pair, slot_row);
+}
+
+__global__ void keep_kernel(int64_t pairs, int64_t capacity, bool by_position, const int32_t* chosen,
+                            const float* probs, const int64_t* offsets, const int64_t* row_pair,
+                            const int64_t* slot_row, uint8_t* kept) {
+  for (int64_t i = global_thread(); i < pairs; i += grid_threads())
+    kept[i] = sort::keeps(i, capacity, by_position, chosen, probs, offsets, row_pair, slot_row);
 }
 
 __global__ void gather_kernel(int64_t rows, int64_t cols, const int64_t* row_token, const float* x, float* x_perm) {
@@ -76,11 +84,21 @@ int64_t sort_scratch(int64_t experts) {
   return kSortWorkers * experts;
 }
 
-void sort_by_expert(int64_t pairs, int64_t topk, int64_t experts, const int32_t* chosen, int64_t* cursor,
-                    int64_t* offsets, int64_t* row_token, int64_t* slot_row, cudaStream_t stream) {
+void sort_by_expert(int64_t pairs, int64_t topk, int64_t experts, const int32_t* chosen, const uint8_t* kept,
+                    int64_t* cursor, int64_t* offsets, int64_t* row_token, int64_t* row_pair, int64_t* slot_row,
+                    cudaStream_t stream) {
   const sort::SortShape s{pairs, topk, experts, kSortWorkers};
-  sort_kernel<<<1, kSortWorkers, 0, stream>>>(s, chosen, cursor, offsets, row_token, slot_row);
+  sort_kernel<<<1, kSortWorkers, 0, stream>>>(s, chosen, kept, cursor, offsets, row_token, row_pair, slot_row);
   check_launch("moe.layer sort_kernel");
+}
+
+void keep_within_capacity(int64_t pairs, int64_t capacity, bool by_position, const int32_t* chosen,
+                          const float* probs, const int64_t* offsets, const int64_t* row_pair,
+                          const int64_t* slot_row, uint8_t* kept, cudaStream_t stream) {
+  if (pairs == 0) return;
+  keep_kernel<<<blocks_for(pairs), kThreads, 0, stream>>>(pairs, capacity, by_position, chosen, probs, offsets,
+                                                          row_pair, slot_row, kept);
+  check_launch("moe.layer keep_kernel");
 }
 
 void gather_rows(int64_t rows, int64_t cols, const int64_t* row_token, const float* x, float* x_perm,
