@@ -123,21 +123,6 @@ BOOST_AUTO_TEST_CASE(a_device_it_cannot_use_is_refused) {
              rocm);
 }
 
-// What the CUDA path does not do yet is refused when the layer is created, naming the option and
-// the device, before the device is touched (so on any machine): group-limited routing. A build
-// without CUDA refuses the device itself.
-BOOST_AUTO_TEST_CASE(what_the_cuda_path_lacks_is_refused_by_name) {
-  const DLDevice gpu{kDLCUDA, 0};
-  const std::string groups =
-      refusal(with({{"num_moe_experts", 4}, {"moe_router_topk", 2}, {"moe_router_num_groups", 2},
-                    {"moe_router_group_topk", 1}}),
-              gpu);
-  BOOST_TEST(((tt::mentions(groups, "moe_router_num_groups") && tt::mentions(groups, "not built yet") &&
-               tt::mentions(groups, "cuda:0")) ||
-              tt::mentions(groups, "built without CUDA")),
-             groups);
-}
-
 BOOST_AUTO_TEST_CASE(stages_run_in_order) {
   const moe_test::Config c;
   moe_test::Layer layer(c);

@@ -15,7 +15,7 @@
 // a scheduler can run another microbatch's compute in between (the comm backend progresses the
 // transfer on its own). Everything a later stage needs lives in the per-microbatch state.
 //
-// On a CUDA device (float32, ep = 1, no group-limited routing) the same three stages
+// On a CUDA device (float32, ep = 1) the same three stages
 // run through the MoeDevice of src/cuda/ (device_impl.hpp); this file still makes every check.
 #include "moe_layer.hpp"
 
@@ -113,12 +113,8 @@ MoeConfig read_config(const plx_layer_create_args& args) {
 
 // What the CUDA path does not do yet, refused when the layer is created (before the device is
 // touched), naming the option and the device.
-void expect_built_on_cuda(const MoeConfig& c, const ExpertGroup& ep, DLDevice device) {
+void expect_built_on_cuda(const ExpertGroup& ep, DLDevice device) {
   const std::string on = std::string(kComponent) + " on CUDA (" + plexus::sdk::device_text(device) + "): ";
-  if (c.groups > 0)
-    throw Error(PLX_ERR_UNSUPPORTED, on + "group-limited routing (moe_router_num_groups " +
-                                         std::to_string(c.groups) +
-                                         ") is not built yet; set it to 0, or run the layer on the CPU");
   if (ep.parallel())
     throw Error(PLX_ERR_UNSUPPORTED, on + "expert parallelism is not built yet: the \"ep\" group has " +
                                          std::to_string(ep.size) +
@@ -135,7 +131,7 @@ class MoeLayer final : public plexus::sdk::Layer {
         device_(args.device) {
     const MoeConfig& c = config_;
     if (device_.device_type == kDLCUDA) {
-      expect_built_on_cuda(c, ep_, device_);
+      expect_built_on_cuda(ep_, device_);
       device_impl_ = make_cuda_moe(c, device_);
     }
     steps_ = ep_.parallel() ? std::vector<Step>{kRoute, kDispatch, kExperts, kCombine, kUnpermute}

@@ -13,14 +13,18 @@ struct RouteShape {
   int64_t tokens = 0, experts = 0, topk = 0;
   bool sigmoid = false;      // moe_router_score_function "sigmoid", else softmax
   bool pre_softmax = false;  // softmax over all experts before the top-k
+  int64_t groups = 0, group_topk = 0;  // group-limited routing: G groups, g chosen; 0: off
 };
 
 // Per token (router.cpp's router_forward after its product, step for step): plain [T, k] the k
 // largest logits, largest first, ties to the lower expert; chosen [T, k] the same, or with `bias`
 // [E] (may be null) the k largest biased selection scores (in double, as the CPU); scores [T, E]
-// the aux loss's scores; probs [T, k]; lse [T] the logits' logsumexp.
+// the aux loss's scores; probs [T, k]; lse [T] the logits' logsumexp. With groups, chosen is the
+// top-k among the experts of each token's g best groups (router.cpp's group_candidates), with
+// selection [T, E] and group_scores [T, G + E] as scratch (else both may be null).
 void route_tokens(const RouteShape& s, const float* logits, const float* bias, int32_t* chosen, int32_t* plain,
-                  float* scores, float* probs, float* lse, cudaStream_t stream);
+                  float* scores, float* probs, float* lse, double* selection, double* group_scores,
+                  cudaStream_t stream);
 
 // dlogits [T, E] (written), router.cpp's router_backward: from dprobs [T, k]; with aux_counts
 // [E] (null: no aux loss) the aux loss's gradient aux_factor * count_e per score; with z_grad

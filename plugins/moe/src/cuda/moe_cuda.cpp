@@ -179,7 +179,10 @@ class MoeCuda final : public MoeDevice {
     st.lse = take<float>(st, n, s);
     st.chosen = take<int32_t>(st, pairs, s);
     st.plain = take<int32_t>(st, pairs, s);
-    route_tokens(shape(n), st.logits, w.bias, st.chosen, st.plain, st.scores, st.probs, st.lse, s);
+    double* selection = c.groups > 0 ? temp.take<double>(sz(n * e_count), s) : nullptr;
+    double* group_scores = c.groups > 0 ? temp.take<double>(sz(n * (c.groups + e_count)), s) : nullptr;
+    route_tokens(shape(n), st.logits, w.bias, st.chosen, st.plain, st.scores, st.probs, st.lse, selection,
+                 group_scores, s);
 
     st.row_token = take<int64_t>(st, pairs, s);
     st.slot_row = take<int64_t>(st, pairs, s);
@@ -391,8 +394,8 @@ class MoeCuda final : public MoeDevice {
     return MlpKept{take<float>(st, rows * d.fc1_rows(), s), take<float>(st, rows * d.ffn, s)};
   }
   RouteShape shape(int64_t tokens) const {
-    return RouteShape{tokens, config_.experts, config_.topk, config_.score == ScoreFunction::sigmoid,
-                      config_.pre_softmax};
+    return RouteShape{tokens,        config_.experts, config_.topk, config_.score == ScoreFunction::sigmoid,
+                      config_.pre_softmax, config_.groups, config_.group_topk};
   }
   MlpDims expert_dims() const { return MlpDims{config_.hidden, config_.ffn, config_.swiglu}; }
   MlpDims shared_dims() const { return MlpDims{config_.hidden, config_.shared_ffn, config_.swiglu}; }

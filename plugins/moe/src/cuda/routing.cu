@@ -32,8 +32,61 @@ __device__ __forceinline__ double biased_score(const RouteShape& s, const float*
   return score + static_cast<double>(bias[i]);
 }
 
+// Whether (a, ia) comes before (b, ib) in the order "larger value first, ties to the lower index".
+__device__ __forceinline__ bool before(double a, int64_t ia, double b, int64_t ib) {
+  return a > b || (a == b && ia < ib);
+}
+
+// The index in [first, first + n) of values v (stride 1) that comes next in that order after
+// (prev, prev_i) (prev_i < 0: the first), among those `allowed` says; -1 when none is left.
+template <class Allowed>
+__device__ int64_t next_in_order(const double* v, int64_t first, int64_t n, double prev, int64_t prev_i,
+                                 Allowed allowed) {
+  int64_t best = -1;
+  for (int64_t i = first; i < first + n; ++i) {
+    if (!allowed(i)) continue;
+    if (prev_i >= 0 && !before(prev, prev_i, v[i], i)) continue;  // not after the previous one
+    if (best < 0 || before(v[i], i, v[best], best)) best = i;
+  }
+  return best;
+}
+
+// Group-limited routing for one token (router.cpp's group_candidates): sel [E] the selection
+// scores (plus the bias), each group scored by the sum of its `summed` largest (largest first),
+// the g best groups (ties to the lower group), then the k largest by `order` [E] (the biased
+// scores with a bias, else the logits) among their experts, ties to the lower expert.
+__device__ void group_choice(const RouteShape& s, const double* sel, const double* order, double* group_score,
+                             int32_t* pick) {
+  const int64_t per_group = s.experts / s.groups, summed = s.topk / s.group_topk;
+  const auto any = [](int64_t) { return true; };
+  for (int64_t q = 0; q < s.groups; ++q) {
+    double sum = 0, prev = 0;
+    int64_t prev_i = -1;
+    for (int64_t j = 0; j < summed; ++j) {
+      prev_i = next_in_order(sel, q * per_group, per_group, prev, prev_i, any);
+      prev = sel[prev_i];
+      sum += prev;
+    }
+    group_score[q] = sum;
+  }
+  // Group q is among the g best when fewer than g groups come before it.
+  const auto chosen_group = [&](int64_t q) {
+    int64_t ahead = 0;
+    for (int64_t r = 0; r < s.groups; ++r) ahead += before(group_score[r], r, group_score[q], q) ? 1 : 0;
+    return ahead < s.group_topk;
+  };
+  const auto allowed = [&](int64_t i) { return chosen_group(i / per_group); };
+  double prev = 0;
+  int64_t prev_i = -1;
+  for (int64_t j = 0; j < s.topk; ++j) {
+    prev_i = next_in_order(order, 0, s.experts, prev, prev_i, allowed);
+    prev = order[prev_i];
+    pick[j] = static_cast<int32_t>(prev_i);
+  }
+}
+
 __global__ void route_kernel(RouteShape s, const float* logits, const float* bias, int32_t* chosen, int32_t* plain,
-                             float* scores, float* probs, float* lse) {
+                             float* scores, float* probs, float* lse, double* selection, double* group_scores) {
   const int64_t e_count = s.experts, kk = s.topk;
   for (int64_t t = global_thread(); t < s.tokens; t += grid_threads()) {
     const float* z = logits + t * e_count;
@@ -48,7 +101,23 @@ __global__ void route_kernel(RouteShape s, const float* logits, const float* bia
         if (!taken(top, j, i) && (best < 0 || z[i] > z[best])) best = i;
       top[j] = best;
     }
-    if (bias != nullptr) {
+    if (s.groups > 0) {
+      double* sel = selection + t * e_count;
+      double zmax = static_cast<double>(z[0]), denom = 0;
+      for (int64_t i = 1; i < e_count; ++i) zmax = fmax(zmax, static_cast<double>(z[i]));
+      for (int64_t i = 0; i < e_count; ++i) denom += exp(static_cast<double>(z[i]) - zmax);
+      for (int32_t i = 0; i < e_count; ++i) {
+        const double v = static_cast<double>(z[i]);
+        const double score = s.sigmoid ? 1 / (1 + exp(-v)) : s.pre_softmax ? exp(v - zmax) / denom : v;
+        sel[i] = bias != nullptr ? score + static_cast<double>(bias[i]) : score;
+      }
+      // Among the allowed experts: by the biased score with a bias, else by the logit. The
+      // logits go into the top-k's order as doubles (exact), scratch of the group scores' row
+      // end: [T, G + E] holds both.
+      double* by_logit = group_scores + t * (s.groups + e_count) + s.groups;
+      for (int64_t i = 0; i < e_count; ++i) by_logit[i] = static_cast<double>(z[i]);
+      group_choice(s, sel, bias != nullptr ? sel : by_logit, group_scores + t * (s.groups + e_count), pick);
+    } else if (bias != nullptr) {
       double zmax = static_cast<double>(z[0]), denom = 0;
       for (int64_t i = 1; i < e_count; ++i) zmax = fmax(zmax, static_cast<double>(z[i]));
       for (int64_t i = 0; i < e_count; ++i) denom += exp(static_cast<double>(z[i]) - zmax);
@@ -177,9 +246,11 @@ __global__ void column_sum_kernel(int64_t rows, int64_t cols, const float* x, bo
 }  // namespace
 
 void route_tokens(const RouteShape& s, const float* logits, const float* bias, int32_t* chosen, int32_t* plain,
-                  float* scores, float* probs, float* lse, cudaStream_t stream) {
+                  float* scores, float* probs, float* lse, double* selection, double* group_scores,
+                  cudaStream_t stream) {
   if (s.tokens == 0) return;
-  route_kernel<<<blocks_for(s.tokens), kThreads, 0, stream>>>(s, logits, bias, chosen, plain, scores, probs, lse);
+  route_kernel<<<blocks_for(s.tokens), kThreads, 0, stream>>>(s, logits, bias, chosen, plain, scores, probs, lse,
+                                                              selection, group_scores);
   check_launch("moe.layer route_kernel");
 }
 
