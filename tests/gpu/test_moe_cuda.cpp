@@ -21,8 +21,9 @@
 // Cases: top-1 and top-2, softmax after and before the top-k, sigmoid with k = 1 and 2, GeLU and
 // SwiGLU, RMSNorm and LayerNorm, shared experts, the aux and z-losses with a loss scale of 0.25,
 // the expert bias in the selection, experts that receive no token, a capacity dropping by
-// probability and by position, group-limited routing (softmax, sigmoid, with the bias); two runs
-// bit-identical; the refusals (float64, a tensor on the CPU).
+// probability and by position, group-limited routing (softmax before and after the top-k,
+// sigmoid); two runs bit-identical; two microbatches with interleaved stages; the refusals
+// (float64, a tensor on the CPU).
 //
 // Without a CUDA device (or in a build without CUDA) the module reports itself skipped (77).
 #define BOOST_TEST_MODULE moe_cuda
@@ -73,12 +74,19 @@ struct GpuRun {
   std::unique_ptr<plexus::LayerInstance::State> state;
 
   void forward() {
-    std::vector<plx_tensor_desc> descs;
-    for (const plexus::Tensor& t : inputs) descs.push_back(desc_of(t));
-    outputs.clear();
-    for (const plx_tensor_desc& d : layer.output_desc(descs))
-      outputs.emplace_back(std::vector<int64_t>(d.dims, d.dims + d.ndim), d.dtype, kGpu);
-    state = layer.create_state(0);
+    for (uint32_t stage = 0; stage < layer.info().num_stages; ++stage) forward_stage(stage);
+  }
+
+  // One forward stage; stage 0 allocates the output and a fresh state.
+  void forward_stage(uint32_t stage) {
+    if (stage == 0) {
+      std::vector<plx_tensor_desc> descs;
+      for (const plexus::Tensor& t : inputs) descs.push_back(desc_of(t));
+      outputs.clear();
+      for (const plx_tensor_desc& d : layer.output_desc(descs))
+        outputs.emplace_back(std::vector<int64_t>(d.dims, d.dims + d.ndim), d.dtype, kGpu);
+      state = layer.create_state(0);
+    }
     std::vector<DLTensor> in = views(inputs), out = views(outputs), par = views(params);
     plx_forward_args args{};
     args.struct_size = sizeof(args);
@@ -89,11 +97,18 @@ struct GpuRun {
     args.outputs = out.data();
     args.num_params = static_cast<uint32_t>(par.size());
     args.params = par.data();
-    for (uint32_t stage = 0; stage < layer.info().num_stages; ++stage) layer.forward(*state, stage, args);
+    layer.forward(*state, stage, args);
   }
 
   void backward(const std::vector<plexus::Tensor>& grad_outputs, std::vector<plexus::Tensor>& grad_inputs,
                 std::vector<plexus::Tensor>& param_grads, double loss_scale) {
+    for (uint32_t stage = layer.info().num_stages; stage-- > 0;)
+      backward_stage(stage, grad_outputs, grad_inputs, param_grads, loss_scale);
+  }
+
+  void backward_stage(uint32_t stage, const std::vector<plexus::Tensor>& grad_outputs,
+                      std::vector<plexus::Tensor>& grad_inputs, std::vector<plexus::Tensor>& param_grads,
+                      double loss_scale) {
     std::vector<DLTensor> go = views(grad_outputs), gi = views(grad_inputs), par = views(params),
                           pg = views(param_grads);
     plx_backward_args args{};
@@ -106,7 +121,7 @@ struct GpuRun {
     args.params = par.data();
     args.param_grads = pg.data();
     args.loss_scale = loss_scale;
-    for (uint32_t stage = layer.info().num_stages; stage-- > 0;) layer.backward(*state, stage, args);
+    layer.backward(*state, stage, args);
   }
 };
 
@@ -260,6 +275,45 @@ BOOST_AUTO_TEST_CASE(two_runs_are_bit_identical) {
   expect_close(a.out, b.out, 0, "output of two runs");
   expect_close(a.dx, b.dx, 0, "grad input of two runs");
   for (std::size_t i = 0; i < a.grads.size(); ++i) expect_close(a.grads[i], b.grads[i], 0, "a gradient of two runs");
+}
+
+// Two microbatches of one layer with their stages interleaved (as a pipeline schedule runs them):
+// each gives bit for bit what it gives alone, so everything a stage needs lives in its state.
+BOOST_AUTO_TEST_CASE(interleaved_microbatches_keep_their_own_state) {
+  const Config c = config(4, 2, {{"moe_aux_loss_coeff", 0.1}, {"moe_shared_expert_intermediate_size", 10},
+                                 {"moe_expert_capacity_factor", 1.0}});
+  moe_test::Layer gpu(c, kGpu);
+  std::mt19937_64 rng(25);
+  const std::vector<Tensor> params = moe_test::random_params(*gpu, c, kF32, rng);
+  const Tensor xa = tt::random_tensor({2, 7, c.hidden}, kF32, rng), xb = tt::random_tensor({1, 5, c.hidden}, kF32, rng);
+  const Tensor dya = tt::random_tensor({2, 7, c.hidden}, kF32, rng), dyb = tt::random_tensor({1, 5, c.hidden}, kF32, rng);
+  std::vector<Tensor> zero;
+  for (const Tensor& p : params) zero.emplace_back(p.shape, kF32);
+  const Result alone_a = run_gpu(*gpu, params, xa, dya, zero), alone_b = run_gpu(*gpu, params, xb, dyb, zero);
+
+  GpuRun a{*gpu, tensors(upload(xa)), upload_all(params), {}, nullptr};
+  GpuRun b{*gpu, tensors(upload(xb)), upload_all(params), {}, nullptr};
+  const uint32_t stages = gpu->info().num_stages;
+  for (uint32_t stage = 0; stage < stages; ++stage) {
+    a.forward_stage(stage);
+    b.forward_stage(stage);
+  }
+  std::vector<plexus::Tensor> goa = tensors(upload(dya)), gia = tensors(upload(Tensor(xa.shape, kF32))),
+                              pga = upload_all(zero);
+  std::vector<plexus::Tensor> gob = tensors(upload(dyb)), gib = tensors(upload(Tensor(xb.shape, kF32))),
+                              pgb = upload_all(zero);
+  for (uint32_t stage = stages; stage-- > 0;) {
+    b.backward_stage(stage, gob, gib, pgb, kLossScale);
+    a.backward_stage(stage, goa, gia, pga, kLossScale);
+  }
+  expect_close(download(a.outputs[0]), alone_a.out, 0, "microbatch a: output");
+  expect_close(download(b.outputs[0]), alone_b.out, 0, "microbatch b: output");
+  expect_close(download(gia[0]), alone_a.dx, 0, "microbatch a: grad input");
+  expect_close(download(gib[0]), alone_b.dx, 0, "microbatch b: grad input");
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    expect_close(download(pga[i]), alone_a.grads[i], 0, "microbatch a: a gradient");
+    expect_close(download(pgb[i]), alone_b.grads[i], 0, "microbatch b: a gradient");
+  }
 }
 
 BOOST_AUTO_TEST_CASE(what_the_cuda_path_does_not_take_is_refused) {
