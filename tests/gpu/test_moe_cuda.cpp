@@ -22,8 +22,8 @@
 // SwiGLU, RMSNorm and LayerNorm, shared experts, the aux and z-losses with a loss scale of 0.25,
 // the expert bias in the selection, experts that receive no token, a capacity dropping by
 // probability and by position, group-limited routing (softmax before and after the top-k,
-// sigmoid); two runs bit-identical; two microbatches with interleaved stages; the refusals
-// (float64, a tensor on the CPU).
+// sigmoid); after_step's update of the expert bias on the device; two runs bit-identical; two
+// microbatches with interleaved stages; the refusals (float64, a tensor on the CPU).
 //
 // Without a CUDA device (or in a build without CUDA) the module reports itself skipped (77).
 #define BOOST_TEST_MODULE moe_cuda
@@ -275,6 +275,34 @@ BOOST_AUTO_TEST_CASE(two_runs_are_bit_identical) {
   expect_close(a.out, b.out, 0, "output of two runs");
   expect_close(a.dx, b.dx, 0, "grad input of two runs");
   for (std::size_t i = 0; i < a.grads.size(); ++i) expect_close(a.grads[i], b.grads[i], 0, "a gradient of two runs");
+}
+
+// After a step the bias moves on the GPU as on the CPU (the same counts, so the same signs):
+// after_step sums the counts (through a device buffer where there is a dp group) and updates the
+// device's bias in a host copy.
+BOOST_AUTO_TEST_CASE(after_step_moves_the_device_bias_as_on_the_cpu) {
+  const Config c = config(6, 2, {{"moe_router_enable_expert_bias", true}});
+  moe_test::Layer cpu(c), gpu(c, kGpu);
+  std::mt19937_64 rng(26);
+  std::vector<Tensor> params = moe_test::random_params(*cpu, c, kF32, rng);
+  Tensor x = tt::random_tensor({2, 9, c.hidden}, kF32, rng);
+  for (int tries = 0; selection_margin(c, *cpu, x, params) < kRoutingMargin; ++tries) {
+    BOOST_TEST_REQUIRE(tries < 50, "no input without a near-tie in the routing");
+    x = tt::random_tensor({2, 9, c.hidden}, kF32, rng);
+  }
+  const std::size_t bias = tt::param_index(*cpu, "mlp.router.expert_bias");
+  const std::vector<double> start = params[bias].values();
+  GpuRun run{*gpu, tensors(upload(x)), upload_all(params), {}, nullptr};
+  run.forward();
+  std::vector<DLTensor> device_views = views(run.params);
+  gpu->after_step(0, device_views);
+  tt::Run host(*cpu, {x}, params, kF32);
+  host.forward();
+  std::vector<DLTensor> host_views = tt::views(host.params);
+  cpu->after_step(0, host_views);
+  const std::vector<double> want = host.params[bias].values(), got = download(run.params[bias]);
+  expect_close(got, want, 0, "the expert bias after a step");
+  BOOST_TEST(minus(want, start) != std::vector<double>(start.size(), 0.0), "the bias moved");
 }
 
 // Two microbatches of one layer with their stages interleaved (as a pipeline schedule runs them):

@@ -15,8 +15,8 @@
 // a scheduler can run another microbatch's compute in between (the comm backend progresses the
 // transfer on its own). Everything a later stage needs lives in the per-microbatch state.
 //
-// On a CUDA device (float32, ep = 1) the same three stages
-// run through the MoeDevice of src/cuda/ (device_impl.hpp); this file still makes every check.
+// On a CUDA device (float32, ep = 1) the same three stages run through the MoeDevice of src/cuda/
+// (device_impl.hpp); this file still makes every check.
 #include "moe_layer.hpp"
 
 #include <deque>
@@ -365,15 +365,15 @@ class MoeLayer final : public plexus::sdk::Layer {
                                                 std::to_string(args.num_params));
     DLTensor& bias = args.params[bias_index_];
     const std::string name = "parameter mlp.router.expert_bias";
-    if (bias.dtype.code == kDLFloat && bias.dtype.bits == 64) {
-      expect_tensor(bias, dtype_of(Precision::f64), {config_.experts}, name);
-      update_expert_bias(data<double>(bias), counts, config_.bias_update_rate);
-    } else if (device_impl_) {  // on the GPU: updated in a host copy
+    if (device_impl_) {  // on the GPU (float32 only): updated in a host copy
       expect_tensor(bias, device_, dtype_of(Precision::f32), {config_.experts}, name);
       std::vector<float> host_bias(sz(config_.experts));
       device_impl_->download(data<float>(bias), host_bias.size() * sizeof(float), host_bias.data());
       update_expert_bias(host_bias.data(), counts, config_.bias_update_rate);
       device_impl_->upload(host_bias.data(), host_bias.size() * sizeof(float), data<float>(bias));
+    } else if (bias.dtype.code == kDLFloat && bias.dtype.bits == 64) {
+      expect_tensor(bias, dtype_of(Precision::f64), {config_.experts}, name);
+      update_expert_bias(data<double>(bias), counts, config_.bias_update_rate);
     } else {
       expect_tensor(bias, dtype_of(Precision::f32), {config_.experts}, name);
       update_expert_bias(data<float>(bias), counts, config_.bias_update_rate);
