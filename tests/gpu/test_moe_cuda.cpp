@@ -227,7 +227,10 @@ BOOST_AUTO_TEST_CASE(swiglu_layernorm_and_shared_experts_match_the_cpu) {
 BOOST_AUTO_TEST_CASE(the_auxiliary_losses_gradients_match_the_cpu) {
   compare(config(4, 2, {{"moe_aux_loss_coeff", 0.1}, {"moe_z_loss_coeff", 0.01}}), 2, 9, 10,
           "aux and z-loss, softmax");
-  compare(config(4, 2, {{"moe_aux_loss_coeff", 0.1}, {"moe_z_loss_coeff", 0.01}, {"moe_router_score_function", "sigmoid"}}),
+  compare(config(4, 2,
+                 {{"moe_aux_loss_coeff", 0.1},
+                  {"moe_z_loss_coeff", 0.01},
+                  {"moe_router_score_function", "sigmoid"}}),
           2, 9, 11, "aux and z-loss, sigmoid k = 2");
   compare(config(4, 1, {{"moe_aux_loss_coeff", 0.1}, {"moe_router_score_function", "sigmoid"}}), 2, 9, 12,
           "aux loss, sigmoid k = 1");
@@ -239,7 +242,8 @@ BOOST_AUTO_TEST_CASE(the_expert_bias_steers_the_choice_as_on_the_cpu) {
 
 BOOST_AUTO_TEST_CASE(experts_without_tokens_and_many_tokens) {
   compare(config(8, 1), 1, 3, 14, "3 tokens over 8 experts");
-  compare(config(8, 2, {{"moe_aux_loss_coeff", 0.1}}), 4, 300, 15, "1200 tokens, more pairs than the sort's workers");
+  compare(config(8, 2, {{"moe_aux_loss_coeff", 0.1}}), 4, 300, 15,
+          "1200 tokens, more pairs than the sort's workers");
 }
 
 // Capacities that drop pairs (with 2 x 9 tokens over 4 experts, factor 0.5 keeps 5 of each
@@ -248,10 +252,12 @@ BOOST_AUTO_TEST_CASE(experts_without_tokens_and_many_tokens) {
 // sizes, taken with fixed seeds.
 BOOST_AUTO_TEST_CASE(a_capacity_drops_the_same_pairs_as_on_the_cpu) {
   compare(config(4, 2, {{"moe_expert_capacity_factor", 0.5}}), 2, 9, 18, "capacity 0.5 by probability");
-  compare(config(4, 2, {{"moe_expert_capacity_factor", 0.5}, {"moe_token_drop_policy", "position"}}), 2, 9, 19,
-          "capacity 0.5 by position");
-  compare(config(4, 1, {{"moe_expert_capacity_factor", 1.0}, {"moe_shared_expert_intermediate_size", 10},
-                        {"moe_aux_loss_coeff", 0.1}}),
+  compare(config(4, 2, {{"moe_expert_capacity_factor", 0.5}, {"moe_token_drop_policy", "position"}}), 2, 9,
+          19, "capacity 0.5 by position");
+  compare(config(4, 1,
+                 {{"moe_expert_capacity_factor", 1.0},
+                  {"moe_shared_expert_intermediate_size", 10},
+                  {"moe_aux_loss_coeff", 0.1}}),
           2, 9, 20, "capacity 1.0, top-1, shared experts, aux loss");
   compare(config(8, 2, {{"moe_expert_capacity_factor", 1.25}}), 4, 300, 21, "capacity 1.25, 1200 tokens");
 }
@@ -274,7 +280,8 @@ BOOST_AUTO_TEST_CASE(two_runs_are_bit_identical) {
   const Result b = compare(c, 4, 100, 16, "determinism, second run");
   expect_close(a.out, b.out, 0, "output of two runs");
   expect_close(a.dx, b.dx, 0, "grad input of two runs");
-  for (std::size_t i = 0; i < a.grads.size(); ++i) expect_close(a.grads[i], b.grads[i], 0, "a gradient of two runs");
+  for (std::size_t i = 0; i < a.grads.size(); ++i)
+    expect_close(a.grads[i], b.grads[i], 0, "a gradient of two runs");
 }
 
 // After a step the bias moves on the GPU as on the CPU (the same counts, so the same signs):
@@ -308,13 +315,17 @@ BOOST_AUTO_TEST_CASE(after_step_moves_the_device_bias_as_on_the_cpu) {
 // Two microbatches of one layer with their stages interleaved (as a pipeline schedule runs them):
 // each gives bit for bit what it gives alone, so everything a stage needs lives in its state.
 BOOST_AUTO_TEST_CASE(interleaved_microbatches_keep_their_own_state) {
-  const Config c = config(4, 2, {{"moe_aux_loss_coeff", 0.1}, {"moe_shared_expert_intermediate_size", 10},
-                                 {"moe_expert_capacity_factor", 1.0}});
+  const Config c = config(4, 2,
+                          {{"moe_aux_loss_coeff", 0.1},
+                           {"moe_shared_expert_intermediate_size", 10},
+                           {"moe_expert_capacity_factor", 1.0}});
   moe_test::Layer gpu(c, kGpu);
   std::mt19937_64 rng(25);
   const std::vector<Tensor> params = moe_test::random_params(*gpu, c, kF32, rng);
-  const Tensor xa = tt::random_tensor({2, 7, c.hidden}, kF32, rng), xb = tt::random_tensor({1, 5, c.hidden}, kF32, rng);
-  const Tensor dya = tt::random_tensor({2, 7, c.hidden}, kF32, rng), dyb = tt::random_tensor({1, 5, c.hidden}, kF32, rng);
+  const Tensor xa = tt::random_tensor({2, 7, c.hidden}, kF32, rng),
+               xb = tt::random_tensor({1, 5, c.hidden}, kF32, rng);
+  const Tensor dya = tt::random_tensor({2, 7, c.hidden}, kF32, rng),
+               dyb = tt::random_tensor({1, 5, c.hidden}, kF32, rng);
   std::vector<Tensor> zero;
   for (const Tensor& p : params) zero.emplace_back(p.shape, kF32);
   const Result alone_a = run_gpu(*gpu, params, xa, dya, zero), alone_b = run_gpu(*gpu, params, xb, dyb, zero);
@@ -358,7 +369,8 @@ BOOST_AUTO_TEST_CASE(what_the_cuda_path_does_not_take_is_refused) {
   std::vector<plexus::Tensor> p64;
   for (const Tensor& p : params64) {
     plexus::Tensor host(p.shape, plx_dtype_f64());
-    for (std::size_t i = 0; i < static_cast<std::size_t>(host.numel()); ++i) host.data<double>()[i] = p.get(i);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(host.numel()); ++i)
+      host.data<double>()[i] = p.get(i);
     p64.push_back(host.to(kGpu));
   }
   plexus::Tensor x64({1, 3, c.hidden}, plx_dtype_f64());

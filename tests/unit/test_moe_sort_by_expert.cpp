@@ -53,7 +53,8 @@ Sorted sort_as_the_block_does(int64_t tokens, int64_t topk, int64_t experts, int
 }
 
 // k different experts per token, drawn with a bias towards the low experts when `skewed`.
-std::vector<int32_t> random_routing(int64_t tokens, int64_t topk, int64_t experts, bool skewed, std::mt19937_64& rng) {
+std::vector<int32_t> random_routing(int64_t tokens, int64_t topk, int64_t experts, bool skewed,
+                                    std::mt19937_64& rng) {
   std::vector<int32_t> chosen;
   std::vector<int32_t> ids(static_cast<std::size_t>(experts));
   for (int64_t t = 0; t < tokens; ++t) {
@@ -71,8 +72,8 @@ BOOST_AUTO_TEST_CASE(the_blocks_counting_sort_gives_the_cpus_permutation) {
   struct Case {
     int64_t tokens, topk, experts;
   };
-  const Case cases[] = {{0, 2, 4}, {1, 1, 1}, {1, 2, 8}, {7, 2, 3}, {100, 1, 8}, {100, 4, 8},
-                        {1000, 2, 64}, {513, 3, 300}, {5000, 2, 16}};
+  const Case cases[] = {{0, 2, 4},   {1, 1, 1},     {1, 2, 8},     {7, 2, 3},    {100, 1, 8},
+                        {100, 4, 8}, {1000, 2, 64}, {513, 3, 300}, {5000, 2, 16}};
   int checked = 0;
   for (const Case& c : cases)
     for (const int64_t workers : {int64_t{1}, int64_t{3}, int64_t{256}})
@@ -94,7 +95,8 @@ BOOST_AUTO_TEST_CASE(the_blocks_counting_sort_gives_the_cpus_permutation) {
 // Every worker's chunk is contiguous and in order, and together they cover every pair once, for
 // pair counts below, at and above the worker count.
 BOOST_AUTO_TEST_CASE(the_chunks_cover_every_pair_once_in_order) {
-  for (const int64_t pairs : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{256}, int64_t{257}, int64_t{10000}}) {
+  for (const int64_t pairs :
+       {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{256}, int64_t{257}, int64_t{10000}}) {
     const sort::SortShape s{pairs, 1, 1, 256};
     int64_t next = 0;
     for (int64_t w = 0; w < s.workers; ++w) {
@@ -126,16 +128,18 @@ BOOST_AUTO_TEST_CASE(a_capacitys_choice_and_the_kept_pairs_sort_as_on_the_cpu) {
         std::vector<float> probs(chosen.size());
         for (float& p : probs) p = static_cast<float>(grid(rng)) / 8.0f;
         std::vector<uint8_t> cpu_kept;
-        const int64_t dropped = plexus::moe::apply_capacity<float>(c, tokens, chosen.data(), probs.data(), cpu_kept);
+        const int64_t dropped =
+            plexus::moe::apply_capacity<float>(c, tokens, chosen.data(), probs.data(), cpu_kept);
         dropping += dropped > 0 ? 1 : 0;
         const Sorted all = sort_as_the_block_does(tokens, topk, experts, 3, chosen);
         std::vector<uint8_t> kept(chosen.size());
         for (std::size_t i = 0; i < kept.size(); ++i)
-          kept[i] = sort::keeps(static_cast<int64_t>(i), c.capacity(tokens), by_position, chosen.data(), probs.data(),
-                                all.offsets.data(), all.row_pair.data(), all.slot_row.data());
+          kept[i] = sort::keeps(static_cast<int64_t>(i), c.capacity(tokens), by_position, chosen.data(),
+                                probs.data(), all.offsets.data(), all.row_pair.data(), all.slot_row.data());
         const Permutation cpu = Permutation::build(tokens, topk, experts, chosen.data(), cpu_kept.data());
         const Sorted gpu = sort_as_the_block_does(tokens, topk, experts, 3, chosen, kept.data());
-        BOOST_TEST_CONTEXT("T " << tokens << " factor " << factor << (by_position ? " by position" : " by probs")) {
+        BOOST_TEST_CONTEXT("T " << tokens << " factor " << factor
+                                << (by_position ? " by position" : " by probs")) {
           BOOST_TEST(kept == cpu_kept, boost::test_tools::per_element());
           BOOST_TEST(gpu.offsets == cpu.offsets, boost::test_tools::per_element());
           BOOST_TEST(gpu.row_token == cpu.row_token, boost::test_tools::per_element());

@@ -13,9 +13,10 @@ bool cuda_built() noexcept {
 }
 
 std::unique_ptr<MoeDevice> make_cuda_moe(const MoeConfig& /*config*/, DLDevice device) {
-  throw plexus::sdk::Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) +
-                                                    " runs on the CPU only: this plugin was built without CUDA (" +
-                                                    plexus::sdk::device_text(device) + " requested)");
+  throw plexus::sdk::Error(PLX_ERR_UNSUPPORTED,
+                           std::string(kComponent) +
+                               " runs on the CPU only: this plugin was built without CUDA (" +
+                               plexus::sdk::device_text(device) + " requested)");
 }
 
 }  // namespace plexus::moe

@@ -20,9 +20,9 @@ namespace plexus::moe {
 // The layer's parameters on the device, float32 (nullptr: absent).
 struct DeviceWeights {
   const float* norm_w = nullptr;
-  const float* norm_b = nullptr;  // LayerNorm only
-  const float* router = nullptr;  // [E, C]
-  const float* bias = nullptr;    // the expert bias [E], or none
+  const float* norm_b = nullptr;       // LayerNorm only
+  const float* router = nullptr;       // [E, C]
+  const float* bias = nullptr;         // the expert bias [E], or none
   std::vector<const float*> fc1, fc2;  // per expert
   const float* shared_fc1 = nullptr;
   const float* shared_fc2 = nullptr;
@@ -70,8 +70,8 @@ class MoeDevice {
   virtual void unpermute_backward(DeviceState& state, const float* dout, plx_stream stream) = 0;
   virtual void experts_backward(DeviceState& state, const DeviceWeights& w, const DeviceGrads& g,
                                 const float* dout, plx_stream stream) = 0;
-  virtual void route_backward(DeviceState& state, const DeviceWeights& w, const DeviceGrads& g, double loss_scale,
-                              float* dh, plx_stream stream) = 0;
+  virtual void route_backward(DeviceState& state, const DeviceWeights& w, const DeviceGrads& g,
+                              double loss_scale, float* dh, plx_stream stream) = 0;
 
   // values summed over `group` in place, through a buffer on this layer's device: a GPU's comm
   // backend (NCCL) reduces device memory only. Blocking; collective over the group.

@@ -11,8 +11,8 @@ namespace plexus::moe::cuda {
 
 struct RouteShape {
   int64_t tokens = 0, experts = 0, topk = 0;
-  bool sigmoid = false;      // moe_router_score_function "sigmoid", else softmax
-  bool pre_softmax = false;  // softmax over all experts before the top-k
+  bool sigmoid = false;                // moe_router_score_function "sigmoid", else softmax
+  bool pre_softmax = false;            // softmax over all experts before the top-k
   int64_t groups = 0, group_topk = 0;  // group-limited routing: G groups, g chosen; 0: off
 };
 
@@ -22,9 +22,9 @@ struct RouteShape {
 // the aux loss's scores; probs [T, k]; lse [T] the logits' logsumexp. With groups, chosen is the
 // top-k among the experts of each token's g best groups (router.cpp's group_candidates), with
 // selection [T, E] and group_scores [T, G + E] as scratch (else both may be null).
-void route_tokens(const RouteShape& s, const float* logits, const float* bias, int32_t* chosen, int32_t* plain,
-                  float* scores, float* probs, float* lse, double* selection, double* group_scores,
-                  cudaStream_t stream);
+void route_tokens(const RouteShape& s, const float* logits, const float* bias, int32_t* chosen,
+                  int32_t* plain, float* scores, float* probs, float* lse, double* selection,
+                  double* group_scores, cudaStream_t stream);
 
 // dlogits [T, E] (written), router.cpp's router_backward: from dprobs [T, k]; with aux_counts
 // [E] (null: no aux loss) the aux loss's gradient aux_factor * count_e per score; with z_grad
@@ -34,7 +34,8 @@ void router_backward(const RouteShape& s, const float* logits, const float* scor
                      double aux_factor, float z_grad, float* dlogits, cudaStream_t stream);
 
 // counts [E] (written): how many of the `pairs` ids are e.
-void count_by_expert(int64_t pairs, int64_t experts, const int32_t* ids, int64_t* counts, cudaStream_t stream);
+void count_by_expert(int64_t pairs, int64_t experts, const int32_t* ids, int64_t* counts,
+                     cudaStream_t stream);
 
 // out [cols] (written): the column sums of x [rows, cols] (of x^2 when `square`), in double, in an
 // order fixed by the sizes.
@@ -45,8 +46,8 @@ void column_sums(int64_t rows, int64_t cols, const float* x, bool square, double
 // a capacity dropped, or null (dropless); cursor: scratch of sort_scratch(E) elements.
 int64_t sort_scratch(int64_t experts);
 void sort_by_expert(int64_t pairs, int64_t topk, int64_t experts, const int32_t* chosen, const uint8_t* kept,
-                    int64_t* cursor, int64_t* offsets, int64_t* row_token, int64_t* row_pair, int64_t* slot_row,
-                    cudaStream_t stream);
+                    int64_t* cursor, int64_t* offsets, int64_t* row_token, int64_t* row_pair,
+                    int64_t* slot_row, cudaStream_t stream);
 
 // kept [T k] (written): 1 for the pairs each expert keeps under `capacity` (sort::keeps), from
 // the dropless permutation's offsets, row_pair and slot_row.

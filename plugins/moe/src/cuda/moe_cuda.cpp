@@ -33,7 +33,9 @@ namespace cl = plexus::cuda_layer;
 namespace ck = plexus::cuda_kernels;
 using ck::Trans;
 
-std::size_t sz(int64_t v) { return static_cast<std::size_t>(v); }
+std::size_t sz(int64_t v) {
+  return static_cast<std::size_t>(v);
+}
 
 // One MLP's (or the routed experts') activations kept for backward: fc1's output and the
 // activation's.
@@ -59,12 +61,12 @@ struct CudaState final : DeviceState {
   float* xhat = nullptr;         // the pre-norm [T, C], [T], [T, C]
   float* rstd = nullptr;
   float* u = nullptr;
-  float* logits = nullptr;  // [T, E]
-  float* scores = nullptr;  // [T, E]
-  float* probs = nullptr;   // [T, k]
-  float* lse = nullptr;     // [T]
-  int32_t* chosen = nullptr;     // [T, k]
-  int32_t* plain = nullptr;      // [T, k]: the top-k without the bias (the aux loss's counts)
+  float* logits = nullptr;        // [T, E]
+  float* scores = nullptr;        // [T, E]
+  float* probs = nullptr;         // [T, k]
+  float* lse = nullptr;           // [T]
+  int32_t* chosen = nullptr;      // [T, k]
+  int32_t* plain = nullptr;       // [T, k]: the top-k without the bias (the aux loss's counts)
   int64_t* aux_counts = nullptr;  // [E], with an aux loss
   int64_t* row_token = nullptr;   // [T k]
   int64_t* slot_row = nullptr;    // [T k]
@@ -89,8 +91,8 @@ void mlp_forward(ck::Handle& handle, const MlpDims& d, const std::vector<int64_t
   for (std::size_t e = 0; e < experts; ++e) {
     const int64_t first = offsets[e], n = offsets[e + 1] - first;
     if (n == 0) continue;
-    ck::gemm<float, float>(handle, Trans::N, Trans::T, n, f1, hidden, 1.0f, x + first * hidden, hidden, fc1[e],
-                           hidden, 0.0f, keep.a + first * f1, f1);
+    ck::gemm<float, float>(handle, Trans::N, Trans::T, n, f1, hidden, 1.0f, x + first * hidden, hidden,
+                           fc1[e], hidden, 0.0f, keep.a + first * f1, f1);
   }
   if (d.swiglu)
     ck::swiglu_forward<float>(rows, f, keep.a, keep.act, handle.stream());
@@ -99,8 +101,8 @@ void mlp_forward(ck::Handle& handle, const MlpDims& d, const std::vector<int64_t
   for (std::size_t e = 0; e < experts; ++e) {
     const int64_t first = offsets[e], n = offsets[e + 1] - first;
     if (n == 0) continue;
-    ck::gemm<float, float>(handle, Trans::N, Trans::T, n, hidden, f, 1.0f, keep.act + first * f, f, fc2[e], f, 0.0f,
-                           y + first * hidden, hidden);
+    ck::gemm<float, float>(handle, Trans::N, Trans::T, n, hidden, f, 1.0f, keep.act + first * f, f, fc2[e], f,
+                           0.0f, y + first * hidden, hidden);
   }
 }
 
@@ -117,8 +119,8 @@ void mlp_backward(ck::Handle& handle, const MlpDims& d, const std::vector<int64_
   for (std::size_t e = 0; e < experts; ++e) {
     const int64_t first = offsets[e], n = offsets[e + 1] - first;
     if (n == 0) continue;
-    ck::gemm<float, float>(handle, Trans::N, Trans::N, n, f, hidden, 1.0f, dy + first * hidden, hidden, fc2[e], f,
-                           0.0f, dact + first * f, f);
+    ck::gemm<float, float>(handle, Trans::N, Trans::N, n, f, hidden, 1.0f, dy + first * hidden, hidden,
+                           fc2[e], f, 0.0f, dact + first * f, f);
     if (dfc2[e] != nullptr)
       ck::gemm<float, float>(handle, Trans::T, Trans::N, hidden, f, n, 1.0f, dy + first * hidden, hidden,
                              kept.act + first * f, f, 1.0f, dfc2[e], f);
@@ -134,14 +136,15 @@ void mlp_backward(ck::Handle& handle, const MlpDims& d, const std::vector<int64_
     if (dfc1[e] != nullptr)
       ck::gemm<float, float>(handle, Trans::T, Trans::N, f1, hidden, n, 1.0f, da + first * f1, f1,
                              x + first * hidden, hidden, 1.0f, dfc1[e], hidden);
-    ck::gemm<float, float>(handle, Trans::N, Trans::N, n, hidden, f1, 1.0f, da + first * f1, f1, fc1[e], hidden,
-                           0.0f, dx + first * hidden, hidden);
+    ck::gemm<float, float>(handle, Trans::N, Trans::N, n, hidden, f1, 1.0f, da + first * f1, f1, fc1[e],
+                           hidden, 0.0f, dx + first * hidden, hidden);
   }
 }
 
 class MoeCuda final : public MoeDevice {
  public:
-  MoeCuda(const MoeConfig& config, DLDevice device) : config_(config), device_(device), context_(kComponent, device) {}
+  MoeCuda(const MoeConfig& config, DLDevice device)
+      : config_(config), device_(device), context_(kComponent, device) {}
 
   std::unique_ptr<DeviceState> create_state() override { return std::make_unique<CudaState>(device_); }
 
@@ -166,14 +169,14 @@ class MoeCuda final : public MoeDevice {
     st.rstd = take<float>(st, n, s);
     st.u = take<float>(st, n * hidden, s);
     if (c.rms_prenorm)
-      ck::rmsnorm_forward<float>(n, hidden, h, w.norm_w, static_cast<float>(c.prenorm_eps), st.u, st.xhat, st.rstd,
-                                 s);
+      ck::rmsnorm_forward<float>(n, hidden, h, w.norm_w, static_cast<float>(c.prenorm_eps), st.u, st.xhat,
+                                 st.rstd, s);
     else
       ck::layernorm_forward<float>(n, hidden, h, w.norm_w, w.norm_b, static_cast<float>(c.prenorm_eps), st.u,
                                    st.xhat, st.rstd, s);
     st.logits = take<float>(st, n * e_count, s);
-    ck::gemm<float, float>(scope.handle(), Trans::N, Trans::T, n, e_count, hidden, 1.0f, st.u, hidden, w.router,
-                           hidden, 0.0f, st.logits, e_count);
+    ck::gemm<float, float>(scope.handle(), Trans::N, Trans::T, n, e_count, hidden, 1.0f, st.u, hidden,
+                           w.router, hidden, 0.0f, st.logits, e_count);
     st.scores = take<float>(st, n * e_count, s);
     st.probs = take<float>(st, pairs, s);
     st.lse = take<float>(st, n, s);
@@ -195,14 +198,16 @@ class MoeCuda final : public MoeDevice {
       int64_t* all_token = temp.take<int64_t>(sz(pairs), s);
       int64_t* all_pair = temp.take<int64_t>(sz(pairs), s);
       int64_t* all_slot = temp.take<int64_t>(sz(pairs), s);
-      sort_by_expert(pairs, kk, e_count, st.chosen, nullptr, cursor, all_offsets, all_token, all_pair, all_slot, s);
+      sort_by_expert(pairs, kk, e_count, st.chosen, nullptr, cursor, all_offsets, all_token, all_pair,
+                     all_slot, s);
       auto* kept = temp.take<uint8_t>(sz(pairs), s);
-      keep_within_capacity(pairs, c.capacity(n), c.drop_by_position, st.chosen, st.probs, all_offsets, all_pair,
-                           all_slot, kept, s);
-      sort_by_expert(pairs, kk, e_count, st.chosen, kept, cursor, offsets, st.row_token, nullptr, st.slot_row, s);
-    } else {
-      sort_by_expert(pairs, kk, e_count, st.chosen, nullptr, cursor, offsets, st.row_token, nullptr, st.slot_row,
+      keep_within_capacity(pairs, c.capacity(n), c.drop_by_position, st.chosen, st.probs, all_offsets,
+                           all_pair, all_slot, kept, s);
+      sort_by_expert(pairs, kk, e_count, st.chosen, kept, cursor, offsets, st.row_token, nullptr, st.slot_row,
                      s);
+    } else {
+      sort_by_expert(pairs, kk, e_count, st.chosen, nullptr, cursor, offsets, st.row_token, nullptr,
+                     st.slot_row, s);
     }
     if (c.aux_loss_coeff > 0) {
       st.aux_counts = take<int64_t>(st, e_count, s);
@@ -222,7 +227,8 @@ class MoeCuda final : public MoeDevice {
       double* sums = temp.take<double>(sz(e_count), s);
       column_sums(n, e_count, st.scores, false, sums, s);
       PLEXUS_CUDA_CHECK(
-          cudaMemcpyAsync(column.data(), sums, sz(e_count) * sizeof(double), cudaMemcpyDeviceToHost, s), where);
+          cudaMemcpyAsync(column.data(), sums, sz(e_count) * sizeof(double), cudaMemcpyDeviceToHost, s),
+          where);
       PLEXUS_CUDA_CHECK(cudaMemcpyAsync(counts.data(), st.aux_counts, sz(e_count) * sizeof(int64_t),
                                         cudaMemcpyDeviceToHost, s),
                         where);
@@ -241,7 +247,8 @@ class MoeCuda final : public MoeDevice {
     result.dropped = pairs - rows;
     const double t = static_cast<double>(n);
     if (training && c.aux_loss_coeff > 0) {
-      for (std::size_t e = 0; e < column.size(); ++e) result.aux_loss += column[e] * static_cast<double>(counts[e]);
+      for (std::size_t e = 0; e < column.size(); ++e)
+        result.aux_loss += column[e] * static_cast<double>(counts[e]);
       result.aux_loss *= static_cast<double>(e_count) * c.aux_loss_coeff / (static_cast<double>(kk) * t * t);
     }
     if (training && c.z_loss_coeff > 0) result.z_loss = lse_squares * c.z_loss_coeff / t;
@@ -302,7 +309,8 @@ class MoeCuda final : public MoeDevice {
     const MlpDims d = expert_dims();
     st.dx_perm = take<float>(st, rows * c.hidden, s);
     mlp_backward(scope.handle(), d, st.offsets, w.fc1, w.fc2, g.fc1, g.fc2, st.experts, st.x_perm, st.dy_perm,
-                 st.dx_perm, temp.take<float>(sz(rows * d.ffn), s), temp.take<float>(sz(rows * d.fc1_rows()), s));
+                 st.dx_perm, temp.take<float>(sz(rows * d.ffn), s),
+                 temp.take<float>(sz(rows * d.fc1_rows()), s));
     if (c.shared_ffn > 0) {
       const MlpDims sd = shared_dims();
       st.du_shared = take<float>(st, n * c.hidden, s);
@@ -328,18 +336,19 @@ class MoeCuda final : public MoeDevice {
     combine_rows(n, c.topk, hidden, st.slot_row, st.dx_perm, nullptr, st.du_shared, du, s);
     float* dlogits = temp.take<float>(sz(n * e_count), s);
     const double t = static_cast<double>(n);
-    const double aux_factor = c.aux_loss_coeff > 0 ? loss_scale * static_cast<double>(e_count) * c.aux_loss_coeff /
-                                                         (static_cast<double>(c.topk) * t * t)
-                                                   : 0.0;
+    const double aux_factor = c.aux_loss_coeff > 0
+                                  ? loss_scale * static_cast<double>(e_count) * c.aux_loss_coeff /
+                                        (static_cast<double>(c.topk) * t * t)
+                                  : 0.0;
     const auto z_grad = static_cast<float>(loss_scale * 2 * c.z_loss_coeff / t);
     router_backward(shape(n), st.logits, st.scores, st.probs, st.lse, st.chosen, st.dprobs,
-                    c.aux_loss_coeff > 0 ? st.aux_counts : nullptr, aux_factor, c.z_loss_coeff > 0 ? z_grad : 0.0f,
-                    dlogits, s);
+                    c.aux_loss_coeff > 0 ? st.aux_counts : nullptr, aux_factor,
+                    c.z_loss_coeff > 0 ? z_grad : 0.0f, dlogits, s);
     if (g.router != nullptr)
-      ck::gemm<float, float>(scope.handle(), Trans::T, Trans::N, e_count, hidden, n, 1.0f, dlogits, e_count, st.u,
-                             hidden, 1.0f, g.router, hidden);
-    ck::gemm<float, float>(scope.handle(), Trans::N, Trans::N, n, hidden, e_count, 1.0f, dlogits, e_count, w.router,
-                           hidden, 1.0f, du, hidden);
+      ck::gemm<float, float>(scope.handle(), Trans::T, Trans::N, e_count, hidden, n, 1.0f, dlogits, e_count,
+                             st.u, hidden, 1.0f, g.router, hidden);
+    ck::gemm<float, float>(scope.handle(), Trans::N, Trans::N, n, hidden, e_count, 1.0f, dlogits, e_count,
+                           w.router, hidden, 1.0f, du, hidden);
     if (c.rms_prenorm)
       ck::rmsnorm_backward<float>(scope.handle(), n, hidden, du, st.xhat, st.rstd, w.norm_w, dh, g.norm_w);
     else
@@ -394,8 +403,13 @@ class MoeCuda final : public MoeDevice {
     return MlpKept{take<float>(st, rows * d.fc1_rows(), s), take<float>(st, rows * d.ffn, s)};
   }
   RouteShape shape(int64_t tokens) const {
-    return RouteShape{tokens,        config_.experts, config_.topk, config_.score == ScoreFunction::sigmoid,
-                      config_.pre_softmax, config_.groups, config_.group_topk};
+    return RouteShape{tokens,
+                      config_.experts,
+                      config_.topk,
+                      config_.score == ScoreFunction::sigmoid,
+                      config_.pre_softmax,
+                      config_.groups,
+                      config_.group_topk};
   }
   MlpDims expert_dims() const { return MlpDims{config_.hidden, config_.ffn, config_.swiglu}; }
   MlpDims shared_dims() const { return MlpDims{config_.hidden, config_.shared_ffn, config_.swiglu}; }

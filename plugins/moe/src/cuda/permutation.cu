@@ -35,7 +35,8 @@ __global__ void keep_kernel(int64_t pairs, int64_t capacity, bool by_position, c
     kept[i] = sort::keeps(i, capacity, by_position, chosen, probs, offsets, row_pair, slot_row);
 }
 
-__global__ void gather_kernel(int64_t rows, int64_t cols, const int64_t* row_token, const float* x, float* x_perm) {
+__global__ void gather_kernel(int64_t rows, int64_t cols, const int64_t* row_token, const float* x,
+                              float* x_perm) {
   for (int64_t i = global_thread(); i < rows * cols; i += grid_threads()) {
     const int64_t r = i / cols, c = i % cols;
     x_perm[i] = x[row_token[r] * cols + c];
@@ -59,8 +60,9 @@ __global__ void combine_kernel(int64_t tokens, int64_t topk, int64_t cols, const
 }
 
 // One block per (token, choice).
-__global__ void unpermute_backward_kernel(int64_t topk, int64_t cols, const int64_t* slot_row, const float* dy,
-                                          const float* y_perm, const float* probs, float* dy_perm, float* dprobs) {
+__global__ void unpermute_backward_kernel(int64_t topk, int64_t cols, const int64_t* slot_row,
+                                          const float* dy, const float* y_perm, const float* probs,
+                                          float* dy_perm, float* dprobs) {
   const int64_t pair = blockIdx.x, t = pair / topk;
   const int64_t r = slot_row[pair];
   if (r < 0) {  // the same for the whole block
@@ -85,10 +87,11 @@ int64_t sort_scratch(int64_t experts) {
 }
 
 void sort_by_expert(int64_t pairs, int64_t topk, int64_t experts, const int32_t* chosen, const uint8_t* kept,
-                    int64_t* cursor, int64_t* offsets, int64_t* row_token, int64_t* row_pair, int64_t* slot_row,
-                    cudaStream_t stream) {
+                    int64_t* cursor, int64_t* offsets, int64_t* row_token, int64_t* row_pair,
+                    int64_t* slot_row, cudaStream_t stream) {
   const sort::SortShape s{pairs, topk, experts, kSortWorkers};
-  sort_kernel<<<1, kSortWorkers, 0, stream>>>(s, chosen, kept, cursor, offsets, row_token, row_pair, slot_row);
+  sort_kernel<<<1, kSortWorkers, 0, stream>>>(s, chosen, kept, cursor, offsets, row_token, row_pair,
+                                              slot_row);
   check_launch("moe.layer sort_kernel");
 }
 
@@ -96,8 +99,8 @@ void keep_within_capacity(int64_t pairs, int64_t capacity, bool by_position, con
                           const float* probs, const int64_t* offsets, const int64_t* row_pair,
                           const int64_t* slot_row, uint8_t* kept, cudaStream_t stream) {
   if (pairs == 0) return;
-  keep_kernel<<<blocks_for(pairs), kThreads, 0, stream>>>(pairs, capacity, by_position, chosen, probs, offsets,
-                                                          row_pair, slot_row, kept);
+  keep_kernel<<<blocks_for(pairs), kThreads, 0, stream>>>(pairs, capacity, by_position, chosen, probs,
+                                                          offsets, row_pair, slot_row, kept);
   check_launch("moe.layer keep_kernel");
 }
 
@@ -111,7 +114,8 @@ void gather_rows(int64_t rows, int64_t cols, const int64_t* row_token, const flo
 void combine_rows(int64_t tokens, int64_t topk, int64_t cols, const int64_t* slot_row, const float* rows,
                   const float* probs, const float* add, float* y, cudaStream_t stream) {
   if (tokens * cols == 0) return;
-  combine_kernel<<<blocks_for(tokens * cols), kThreads, 0, stream>>>(tokens, topk, cols, slot_row, rows, probs, add, y);
+  combine_kernel<<<blocks_for(tokens * cols), kThreads, 0, stream>>>(tokens, topk, cols, slot_row, rows,
+                                                                     probs, add, y);
   check_launch("moe.layer combine_kernel");
 }
 
@@ -120,8 +124,8 @@ void unpermute_backward(int64_t tokens, int64_t topk, int64_t cols, const int64_
                         cudaStream_t stream) {
   const int64_t pairs = tokens * topk;
   if (pairs == 0) return;
-  unpermute_backward_kernel<<<static_cast<unsigned>(pairs), kReduceThreads, 0, stream>>>(topk, cols, slot_row, dy,
-                                                                                       y_perm, probs, dy_perm, dprobs);
+  unpermute_backward_kernel<<<static_cast<unsigned>(pairs), kReduceThreads, 0, stream>>>(
+      topk, cols, slot_row, dy, y_perm, probs, dy_perm, dprobs);
   check_launch("moe.layer unpermute_backward_kernel");
 }
 

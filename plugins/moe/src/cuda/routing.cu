@@ -25,8 +25,8 @@ __device__ __forceinline__ bool taken(const int32_t* picks, int64_t n, int32_t i
 }
 
 // The biased selection score of expert i (router.cpp's selection_scores).
-__device__ __forceinline__ double biased_score(const RouteShape& s, const float* z, const float* bias, double zmax,
-                                               double denom, int32_t i) {
+__device__ __forceinline__ double biased_score(const RouteShape& s, const float* z, const float* bias,
+                                               double zmax, double denom, int32_t i) {
   const double v = static_cast<double>(z[i]);
   const double score = s.sigmoid ? 1 / (1 + exp(-v)) : s.pre_softmax ? exp(v - zmax) / denom : v;
   return score + static_cast<double>(bias[i]);
@@ -85,8 +85,9 @@ __device__ void group_choice(const RouteShape& s, const double* sel, const doubl
   }
 }
 
-__global__ void route_kernel(RouteShape s, const float* logits, const float* bias, int32_t* chosen, int32_t* plain,
-                             float* scores, float* probs, float* lse, double* selection, double* group_scores) {
+__global__ void route_kernel(RouteShape s, const float* logits, const float* bias, int32_t* chosen,
+                             int32_t* plain, float* scores, float* probs, float* lse, double* selection,
+                             double* group_scores) {
   const int64_t e_count = s.experts, kk = s.topk;
   for (int64_t t = global_thread(); t < s.tokens; t += grid_threads()) {
     const float* z = logits + t * e_count;
@@ -165,10 +166,10 @@ __global__ void route_kernel(RouteShape s, const float* logits, const float* bia
   }
 }
 
-__global__ void router_backward_kernel(RouteShape s, const float* logits, const float* scores, const float* probs,
-                                       const float* lse, const int32_t* chosen, const float* dprobs,
-                                       const int64_t* aux_counts, double aux_factor, float z_grad,
-                                       float* dlogits) {
+__global__ void router_backward_kernel(RouteShape s, const float* logits, const float* scores,
+                                       const float* probs, const float* lse, const int32_t* chosen,
+                                       const float* dprobs, const int64_t* aux_counts, double aux_factor,
+                                       float z_grad, float* dlogits) {
   const int64_t e_count = s.experts, kk = s.topk;
   for (int64_t t = global_thread(); t < s.tokens; t += grid_threads()) {
     const float* z = logits + t * e_count;
@@ -245,12 +246,12 @@ __global__ void column_sum_kernel(int64_t rows, int64_t cols, const float* x, bo
 
 }  // namespace
 
-void route_tokens(const RouteShape& s, const float* logits, const float* bias, int32_t* chosen, int32_t* plain,
-                  float* scores, float* probs, float* lse, double* selection, double* group_scores,
-                  cudaStream_t stream) {
+void route_tokens(const RouteShape& s, const float* logits, const float* bias, int32_t* chosen,
+                  int32_t* plain, float* scores, float* probs, float* lse, double* selection,
+                  double* group_scores, cudaStream_t stream) {
   if (s.tokens == 0) return;
-  route_kernel<<<blocks_for(s.tokens), kThreads, 0, stream>>>(s, logits, bias, chosen, plain, scores, probs, lse,
-                                                              selection, group_scores);
+  route_kernel<<<blocks_for(s.tokens), kThreads, 0, stream>>>(s, logits, bias, chosen, plain, scores, probs,
+                                                              lse, selection, group_scores);
   check_launch("moe.layer route_kernel");
 }
 
@@ -258,12 +259,13 @@ void router_backward(const RouteShape& s, const float* logits, const float* scor
                      const float* lse, const int32_t* chosen, const float* dprobs, const int64_t* aux_counts,
                      double aux_factor, float z_grad, float* dlogits, cudaStream_t stream) {
   if (s.tokens == 0) return;
-  router_backward_kernel<<<blocks_for(s.tokens), kThreads, 0, stream>>>(s, logits, scores, probs, lse, chosen, dprobs,
-                                                                        aux_counts, aux_factor, z_grad, dlogits);
+  router_backward_kernel<<<blocks_for(s.tokens), kThreads, 0, stream>>>(
+      s, logits, scores, probs, lse, chosen, dprobs, aux_counts, aux_factor, z_grad, dlogits);
   check_launch("moe.layer router_backward_kernel");
 }
 
-void count_by_expert(int64_t pairs, int64_t experts, const int32_t* ids, int64_t* counts, cudaStream_t stream) {
+void count_by_expert(int64_t pairs, int64_t experts, const int32_t* ids, int64_t* counts,
+                     cudaStream_t stream) {
   if (experts == 0) return;
   count_kernel<<<static_cast<unsigned>(experts), kReduceThreads, 0, stream>>>(pairs, ids, counts);
   check_launch("moe.layer count_kernel");

@@ -1,7 +1,8 @@
 // The index arithmetic of the GPU's permutation (src/cuda/permutation.cu): a counting sort of the
 // T k (token, choice) pairs by expert, stable in token order, the same rows as the CPU's
-// Permutation::build (a pair a capacity dropped, kept[i] == 0, gets no row). Plain functions of a "worker" (one thread of the one block that
-// sorts), so the kernel and a host check (tests/unit/test_moe_sort_by_expert.cpp) run the same code:
+// Permutation::build (a pair a capacity dropped, kept[i] == 0, gets no row). Plain functions of a "worker"
+// (one thread of the one block that sorts), so the kernel and a host check
+// (tests/unit/test_moe_sort_by_expert.cpp) run the same code:
 //
 //   1. count_chunk    each worker counts its contiguous chunk of pairs per expert
 //   2. total_expert   each expert's total over the workers, in worker order
@@ -36,8 +37,8 @@ struct SortShape {
 
 // cursor: [workers, E] scratch; worker w's counts per expert (written). kept [T k]: 0 for a
 // dropped pair, or null (dropless).
-PLEXUS_MOE_HD inline void count_chunk(const SortShape& s, int64_t w, const int32_t* chosen, const uint8_t* kept,
-                                      int64_t* cursor) {
+PLEXUS_MOE_HD inline void count_chunk(const SortShape& s, int64_t w, const int32_t* chosen,
+                                      const uint8_t* kept, int64_t* cursor) {
   int64_t* mine = cursor + w * s.experts;
   for (int64_t e = 0; e < s.experts; ++e) mine[e] = 0;
   for (int64_t i = s.first(w); i < s.first(w + 1); ++i)
@@ -45,7 +46,8 @@ PLEXUS_MOE_HD inline void count_chunk(const SortShape& s, int64_t w, const int32
 }
 
 // offsets[e + 1] = the pairs of expert e over every worker.
-PLEXUS_MOE_HD inline void total_expert(const SortShape& s, int64_t e, const int64_t* cursor, int64_t* offsets) {
+PLEXUS_MOE_HD inline void total_expert(const SortShape& s, int64_t e, const int64_t* cursor,
+                                       int64_t* offsets) {
   int64_t total = 0;
   for (int64_t w = 0; w < s.workers; ++w) total += cursor[w * s.experts + e];
   offsets[e + 1] = total;
@@ -69,8 +71,9 @@ PLEXUS_MOE_HD inline void start_rows(const SortShape& s, int64_t e, const int64_
 
 // row_token [rows]: the token of each row; row_pair [rows] (may be null): its pair; slot_row
 // [T k]: the row of pair i, -1 for a dropped pair.
-PLEXUS_MOE_HD inline void place_chunk(const SortShape& s, int64_t w, const int32_t* chosen, const uint8_t* kept,
-                                      int64_t* cursor, int64_t* row_token, int64_t* row_pair, int64_t* slot_row) {
+PLEXUS_MOE_HD inline void place_chunk(const SortShape& s, int64_t w, const int32_t* chosen,
+                                      const uint8_t* kept, int64_t* cursor, int64_t* row_token,
+                                      int64_t* row_pair, int64_t* slot_row) {
   int64_t* mine = cursor + w * s.experts;
   for (int64_t i = s.first(w); i < s.first(w + 1); ++i) {
     if (kept != nullptr && kept[i] == 0) {
