@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "plexus/core/device.hpp"
 #include "test_moe_support.hpp"
 
 namespace {
@@ -108,10 +109,18 @@ BOOST_AUTO_TEST_CASE(shared_experts_have_megatrons_names) {
   BOOST_TEST(layer->param(n - 1).desc.dims[1] == 7);
 }
 
-BOOST_AUTO_TEST_CASE(a_cuda_device_is_refused_as_not_built) {
-  const std::string cuda = refusal(moe_test::Config{}, DLDevice{kDLCUDA, 0});
-  BOOST_TEST(tt::mentions(cuda, "the CUDA path of this layer is not built yet"), cuda);
-  BOOST_TEST(tt::mentions(cuda, "cuda:0"), cuda);
+// A CUDA device this process does not have: refused by a build without CUDA, or by the CUDA path
+// that finds no such device; either names it. Another device type is refused naming its number.
+BOOST_AUTO_TEST_CASE(a_device_it_cannot_use_is_refused) {
+  const int count = plexus::device::cuda_device_count();
+  const std::string cuda = refusal(moe_test::Config{}, DLDevice{kDLCUDA, count});
+  BOOST_TEST((tt::mentions(cuda, "unsupported") && tt::mentions(cuda, "cuda:" + std::to_string(count)) &&
+              (tt::mentions(cuda, "built without CUDA") || tt::mentions(cuda, "CUDA device(s)"))),
+             cuda);
+  const std::string rocm = refusal(moe_test::Config{}, DLDevice{kDLROCM, 0});
+  BOOST_TEST((tt::mentions(rocm, "runs on the CPU") &&
+              tt::mentions(rocm, "device type " + std::to_string(static_cast<int>(kDLROCM)))),
+             rocm);
 }
 
 BOOST_AUTO_TEST_CASE(stages_run_in_order) {

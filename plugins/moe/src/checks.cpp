@@ -15,9 +15,9 @@ Precision precision_of(DLDataType dtype, const std::string& what) {
               what + ": expected dtype float32 or float64, got " + plexus::sdk::dtype_name(dtype));
 }
 
-void expect_hidden(const DLTensor& t, DLDataType dtype, int64_t hidden, const std::string& what,
+void expect_hidden(const DLTensor& t, DLDevice device, DLDataType dtype, int64_t hidden, const std::string& what,
                    int64_t& batch, int64_t& seq) {
-  sdk::expect_dense(t, kCpu, dtype, what);
+  sdk::expect_dense(t, device, dtype, what);
   if (t.ndim != 3 || t.shape[2] != hidden)
     throw Error(PLX_ERR_INVALID_ARGUMENT, what + ": expected shape [batch, seq, " + std::to_string(hidden) +
                                               "] (hidden_size " + std::to_string(hidden) + "), got " +

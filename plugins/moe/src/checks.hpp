@@ -1,4 +1,4 @@
-// The checks every call of moe.layer makes on the tensors it is handed: dtype, device (the CPU),
+// The checks every call of moe.layer makes on the tensors it is handed: dtype, device (the layer's),
 // layout and shape, each refusal naming the tensor and what was expected.
 #pragma once
 
@@ -36,8 +36,18 @@ inline void expect_tensor(const DLTensor& t, DLDataType dtype, const int64_t* di
   plexus::sdk::expect_tensor(t, kCpu, dtype, dims, ndim, what);
 }
 
-// Hidden states [batch, seq, hidden] on the CPU in `dtype`: returns batch and seq.
-void expect_hidden(const DLTensor& t, DLDataType dtype, int64_t hidden, const std::string& what,
+// The same on the layer's device (the CPU, or the CUDA device it was created on).
+inline void expect_tensor(const DLTensor& t, DLDevice device, DLDataType dtype, std::initializer_list<int64_t> dims,
+                          const std::string& what) {
+  plexus::sdk::expect_tensor(t, device, dtype, dims, what);
+}
+inline void expect_tensor(const DLTensor& t, DLDevice device, DLDataType dtype, const int64_t* dims, int64_t ndim,
+                          const std::string& what) {
+  plexus::sdk::expect_tensor(t, device, dtype, dims, ndim, what);
+}
+
+// Hidden states [batch, seq, hidden] on `device` in `dtype`: returns batch and seq.
+void expect_hidden(const DLTensor& t, DLDevice device, DLDataType dtype, int64_t hidden, const std::string& what,
                    int64_t& batch, int64_t& seq);
 // The description of hidden states: float32 or float64, [batch, seq, hidden].
 void expect_hidden_desc(const plx_tensor_desc& d, int64_t hidden, const std::string& what);

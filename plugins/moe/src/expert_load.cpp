@@ -13,7 +13,7 @@ void ExpertLoad::add(const std::vector<int64_t>& offsets) {
   for (std::size_t e = 0; e < counts_.size() && e + 1 < offsets.size(); ++e) counts_[e] += offsets[e + 1] - offsets[e];
 }
 
-std::vector<double> ExpertLoad::take_global(const plx_host_api& host) {
+std::vector<double> ExpertLoad::take_global(const plx_host_api& host, const Reduce& reduce) {
   std::vector<double> counts;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
@@ -25,6 +25,10 @@ std::vector<double> ExpertLoad::take_global(const plx_host_api& host) {
   if (host.group_get(host.ctx, "dp", &dp) != PLX_OK || dp == nullptr) return counts;
   int32_t rank = 0, size = 1;
   if (host.group_rank(host.ctx, dp, &rank, &size) != PLX_OK || size <= 1) return counts;
+  if (reduce) {
+    reduce(dp, counts);
+    return counts;
+  }
   int64_t extent = static_cast<int64_t>(counts.size());
   DLTensor t{};
   t.data = counts.data();

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -24,7 +25,10 @@ class ExpertLoad {
   void add(const std::vector<int64_t>& offsets);
   // The step's counts summed over the "dp" group (this rank's alone without a dp group of more
   // than one rank), and zero for the next step. Collective over "dp": every rank calls it.
-  std::vector<double> take_global(const plx_host_api& host);
+  // reduce: how to sum a vector over the group, where the host's all_reduce of host memory
+  // cannot (a GPU comm backend); empty: that all_reduce.
+  using Reduce = std::function<void(plx_group, std::vector<double>&)>;
+  std::vector<double> take_global(const plx_host_api& host, const Reduce& reduce = {});
 
  private:
   std::mutex mutex_;

@@ -14,16 +14,21 @@
 // and the next compute stage of the same microbatch waits for what the comm stage started, so
 // a scheduler can run another microbatch's compute in between (the comm backend progresses the
 // transfer on its own). Everything a later stage needs lives in the per-microbatch state.
+//
+// On a CUDA device (float32, ep = 1) the same three stages run through the MoeDevice of src/cuda/
+// (device_impl.hpp); this file still makes every check.
 #include "moe_layer.hpp"
 
 #include <deque>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "capacity.hpp"
 #include "checks.hpp"
 #include "config.hpp"
+#include "device_impl.hpp"
 #include "expert_exchange.hpp"
 #include "expert_load.hpp"
 #include "experts.hpp"
@@ -85,19 +90,35 @@ class MoeState : public plexus::sdk::LayerState {
   k::Buffer x_recv, x_local, y_local, y_send;
   k::Buffer dy_recv, dy_local, dx_local, dx_send;
   plx_request pending = nullptr;
+
+  // On a CUDA device: everything above lives there instead (the bookkeeping stays here).
+  std::unique_ptr<DeviceState> device;
 };
 
-// The device first (a CUDA layer is refused before its options are looked at), then the options.
+// The device first (a device the build cannot use is refused before the options are looked at),
+// then the options.
 MoeConfig read_config(const plx_layer_create_args& args) {
-  if (args.device.device_type == kDLCUDA)
+  const DLDevice device = args.device;
+  if (device.device_type == kDLCUDA && !cuda_built())
     throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) +
-                                         ": the CUDA path of this layer is not built yet; it runs on the CPU "
-                                         "only (" + plexus::sdk::device_text(args.device) + " requested)");
-  if (args.device.device_type != kDLCPU)
-    throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) + " runs on the CPU only (device type " +
-                                         std::to_string(static_cast<int>(args.device.device_type)) +
-                                         " requested)");
+                                         " runs on the CPU only: this plugin was built without CUDA (" +
+                                         plexus::sdk::device_text(device) + " requested)");
+  if (device.device_type != kDLCPU && device.device_type != kDLCUDA)
+    throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) +
+                                         (cuda_built() ? " runs on the CPU or a CUDA GPU only (device type "
+                                                       : " runs on the CPU only (device type ") +
+                                         std::to_string(static_cast<int>(device.device_type)) + " requested)");
   return MoeConfig::read(plexus::sdk::Host::current(), args.config, args.model_config, args.num_layers);
+}
+
+// What the CUDA path does not do yet, refused when the layer is created (before the device is
+// touched), naming the option and the device.
+void expect_built_on_cuda(const ExpertGroup& ep, DLDevice device) {
+  const std::string on = std::string(kComponent) + " on CUDA (" + plexus::sdk::device_text(device) + "): ";
+  if (ep.parallel())
+    throw Error(PLX_ERR_UNSUPPORTED, on + "expert parallelism is not built yet: the \"ep\" group has " +
+                                         std::to_string(ep.size) +
+                                         " ranks, the CUDA path needs ep = 1 (every expert on each rank)");
 }
 
 class MoeLayer final : public plexus::sdk::Layer {
@@ -106,8 +127,13 @@ class MoeLayer final : public plexus::sdk::Layer {
       : config_(read_config(args)),
         layer_index_(args.layer_index),
         ep_(ExpertGroup::find(*plexus::sdk::Host::current().api(), config_.experts)),
-        load_(config_.experts) {
+        load_(config_.experts),
+        device_(args.device) {
     const MoeConfig& c = config_;
+    if (device_.device_type == kDLCUDA) {
+      expect_built_on_cuda(ep_, device_);
+      device_impl_ = make_cuda_moe(c, device_);
+    }
     steps_ = ep_.parallel() ? std::vector<Step>{kRoute, kDispatch, kExperts, kCombine, kUnpermute}
                             : std::vector<Step>{kRoute, kExperts, kUnpermute};
     add("pre_mlp_layernorm.weight", {c.hidden}, PLX_INIT_ONES, 0, PLX_PARAM_NO_WEIGHT_DECAY);
@@ -177,7 +203,9 @@ class MoeLayer final : public plexus::sdk::Layer {
   }
 
   std::unique_ptr<plexus::sdk::LayerState> create_state(uint32_t /*microbatch*/) override {
-    return std::make_unique<MoeState>(static_cast<uint32_t>(steps_.size()));
+    auto state = std::make_unique<MoeState>(static_cast<uint32_t>(steps_.size()));
+    if (device_impl_) state->device = device_impl_->create_state();
+    return state;
   }
 
   void forward(plexus::sdk::LayerState& state, uint32_t stage, const plx_forward_args& args) override {
@@ -186,7 +214,7 @@ class MoeLayer final : public plexus::sdk::Layer {
     if (stage != st.next_forward)
       throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": forward stage " + std::to_string(stage) +
                                                 " called before stage " + std::to_string(st.next_forward));
-    if (precision_of(args.inputs[0].dtype, "input 0 (hidden states)") == Precision::f32)
+    if (precision_here(args.inputs[0].dtype, "input 0 (hidden states)") == Precision::f32)
       run_forward<float>(st, steps_[stage], args);
     else
       run_forward<double>(st, steps_[stage], args);
@@ -202,7 +230,7 @@ class MoeLayer final : public plexus::sdk::Layer {
     if (stage != st.next_backward)
       throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": backward stage " + std::to_string(stage) +
                                                 " called before stage " + std::to_string(st.next_backward));
-    if (precision_of(args.grad_outputs[0].dtype, "grad output 0") == Precision::f32)
+    if (precision_here(args.grad_outputs[0].dtype, "grad output 0") == Precision::f32)
       run_backward<float>(st, steps_[stage], args);
     else
       run_backward<double>(st, steps_[stage], args);
@@ -232,6 +260,16 @@ class MoeLayer final : public plexus::sdk::Layer {
     specs_.push_back(p);
   }
 
+  // float32 or float64 on the CPU; float32 only on CUDA.
+  Precision precision_here(DLDataType dtype, const std::string& what) const {
+    const Precision p = precision_of(dtype, what);
+    if (device_impl_ && p != Precision::f32)
+      throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) + " on CUDA (" + plexus::sdk::device_text(device_) +
+                                           "): " + what + " is " + plexus::sdk::dtype_name(dtype) +
+                                           "; float64 is not built yet on CUDA (float32 only)");
+    return p;
+  }
+
   void expect_stage(uint32_t stage) const {
     if (stage >= steps_.size())
       throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + " has " + std::to_string(steps_.size()) +
@@ -255,9 +293,9 @@ class MoeLayer final : public plexus::sdk::Layer {
     for (std::size_t i = 0; i < specs_.size(); ++i) {
       const plx_param_spec& p = specs_[i];
       const std::string name = std::string("parameter ") + p.name;
-      expect_tensor(params[i], dtype, p.desc.dims, p.desc.ndim, name);
+      expect_tensor(params[i], device_, dtype, p.desc.dims, p.desc.ndim, name);
       if (grads != nullptr && grads[i].data != nullptr)
-        expect_tensor(grads[i], dtype, p.desc.dims, p.desc.ndim, "gradient of " + name);
+        expect_tensor(grads[i], device_, dtype, p.desc.dims, p.desc.ndim, "gradient of " + name);
     }
   }
 
@@ -289,13 +327,13 @@ class MoeLayer final : public plexus::sdk::Layer {
   // What a training forward reports: the auxiliary losses (and the pairs a capacity dropped), as
   // "<plugin>/layer<i>.<name>" values of the run's metrics stream (the step record holds their
   // mean over the microbatches). The tokens per expert are reported once per step, by after_step.
-  void report(const RouterSaved& r, int64_t dropped) const {
+  void report(double aux_loss, double z_loss, int64_t dropped) const {
     const plexus::sdk::Host host = plexus::sdk::Host::current();
     const plx_host_api* api = host.api();
     if (!PLX_HAS_FIELD(api, plx_host_api, report_metric) || api->report_metric == nullptr) return;
     const std::string prefix = "layer" + std::to_string(layer_index_) + ".";
-    api->report_metric(api->ctx, (prefix + "aux_loss").c_str(), r.aux_loss);
-    api->report_metric(api->ctx, (prefix + "z_loss").c_str(), r.z_loss);
+    api->report_metric(api->ctx, (prefix + "aux_loss").c_str(), aux_loss);
+    api->report_metric(api->ctx, (prefix + "z_loss").c_str(), z_loss);
     if (config_.capacity_factor > 0)
       api->report_metric(api->ctx, (prefix + "dropped_pairs").c_str(), static_cast<double>(dropped));
   }
@@ -305,7 +343,13 @@ class MoeLayer final : public plexus::sdk::Layer {
   // once, and the expert bias's update from them.
   void after_step(const plx_step_args& args) override {
     const plexus::sdk::Host host = plexus::sdk::Host::current();
-    const std::vector<double> counts = load_.take_global(*host.api());
+    // On a GPU through device memory (a GPU's comm backend reduces nothing else).
+    ExpertLoad::Reduce on_device;
+    if (device_impl_)
+      on_device = [&](plx_group group, std::vector<double>& values) {
+        device_impl_->all_reduce_sum(*host.api(), group, values);
+      };
+    const std::vector<double> counts = load_.take_global(*host.api(), on_device);
     const plx_host_api* api = host.api();
     double total = 0;
     for (double n : counts) total += n;
@@ -321,7 +365,13 @@ class MoeLayer final : public plexus::sdk::Layer {
                                                 std::to_string(args.num_params));
     DLTensor& bias = args.params[bias_index_];
     const std::string name = "parameter mlp.router.expert_bias";
-    if (bias.dtype.code == kDLFloat && bias.dtype.bits == 64) {
+    if (device_impl_) {  // on the GPU (float32 only): updated in a host copy
+      expect_tensor(bias, device_, dtype_of(Precision::f32), {config_.experts}, name);
+      std::vector<float> host_bias(sz(config_.experts));
+      device_impl_->download(data<float>(bias), host_bias.size() * sizeof(float), host_bias.data());
+      update_expert_bias(host_bias.data(), counts, config_.bias_update_rate);
+      device_impl_->upload(host_bias.data(), host_bias.size() * sizeof(float), data<float>(bias));
+    } else if (bias.dtype.code == kDLFloat && bias.dtype.bits == 64) {
       expect_tensor(bias, dtype_of(Precision::f64), {config_.experts}, name);
       update_expert_bias(data<double>(bias), counts, config_.bias_update_rate);
     } else {
@@ -337,10 +387,16 @@ class MoeLayer final : public plexus::sdk::Layer {
     const MoeConfig& c = config_;
     const DLDataType dt = dtype_of(precision_v<T>);
     int64_t batch = 0, seq = 0;
-    expect_hidden(args.inputs[0], dt, c.hidden, "input 0 (hidden states)", batch, seq);
-    expect_tensor(args.outputs[0], dt, {batch, seq, c.hidden}, "output 0");
+    expect_hidden(args.inputs[0], device_, dt, c.hidden, "input 0 (hidden states)", batch, seq);
+    expect_tensor(args.outputs[0], device_, dt, {batch, seq, c.hidden}, "output 0");
     expect_params(args.params, nullptr, dt);
     const int64_t n = batch * seq;
+    if constexpr (std::is_same_v<T, float>) {
+      if (device_impl_) {
+        cuda_forward(st, stage, args, batch, seq);
+        return;
+      }
+    }
     if (stage == kRoute) {
       st.saved = false;  // a failed or inference forward leaves nothing a backward could use
       st.precision = precision_v<T>;
@@ -365,7 +421,7 @@ class MoeLayer final : public plexus::sdk::Layer {
                                    c.capacity_factor > 0 ? st.kept.data() : nullptr);
       permute_forward<T>(st.perm, c.hidden, u, st.x_perm.get<T>(sz(st.perm.rows() * c.hidden)));
       if ((args.flags & PLX_FORWARD_TRAINING) != 0) {
-        report(st.router, dropped);
+        report(st.router.aux_loss, st.router.z_loss, dropped);
         load_.add(st.perm.offsets);
       }
       return;
@@ -432,13 +488,19 @@ class MoeLayer final : public plexus::sdk::Layer {
     const MoeConfig& c = config_;
     const DLDataType dt = dtype_of(precision_v<T>);
     int64_t batch = 0, seq = 0;
-    expect_hidden(args.grad_outputs[0], dt, c.hidden, "grad output 0", batch, seq);
+    expect_hidden(args.grad_outputs[0], device_, dt, c.hidden, "grad output 0", batch, seq);
     if (st.precision != precision_v<T>)
       throw Error(PLX_ERR_INVALID_ARGUMENT, std::string("backward in ") + plexus::sdk::dtype_name(dt) +
                                                 " after a forward in " +
                                                 plexus::sdk::dtype_name(dtype_of(st.precision)));
     expect_same_call(st, batch, seq);
     expect_params(args.params, args.param_grads, dt);
+    if constexpr (std::is_same_v<T, float>) {
+      if (device_impl_) {
+        cuda_backward(st, stage, args, batch, seq);
+        return;
+      }
+    }
     const int64_t n = batch * seq, rows = st.perm.rows();
     const plx_host_api& host = *plexus::sdk::Host::current().api();
     if (stage == kCombine) {  // the output gradients to the experts' ranks
@@ -521,6 +583,86 @@ class MoeLayer final : public plexus::sdk::Layer {
                                grad_or_null<T>(args.param_grads, 1));
   }
 
+  // The parameters and their gradients as the CUDA path takes them (float32, on the device).
+  DeviceWeights device_weights(const DLTensor* p) const {
+    DeviceWeights w;
+    w.norm_w = data<float>(p[0]);
+    if (!config_.rms_prenorm) w.norm_b = data<float>(p[1]);
+    w.router = data<float>(p[router_index_]);
+    if (config_.expert_bias) w.bias = data<float>(p[bias_index_]);
+    const ExpertWeights<float> e = expert_weights<float>(p);
+    w.fc1 = e.fc1;
+    w.fc2 = e.fc2;
+    if (config_.shared_ffn > 0) {
+      w.shared_fc1 = data<float>(p[shared_index_]);
+      w.shared_fc2 = data<float>(p[shared_index_ + 1]);
+    }
+    return w;
+  }
+  DeviceGrads device_grads(const DLTensor* g) const {
+    DeviceGrads d;
+    d.norm_w = grad_or_null<float>(g, 0);
+    if (!config_.rms_prenorm) d.norm_b = grad_or_null<float>(g, 1);
+    d.router = grad_or_null<float>(g, router_index_);
+    for (int64_t e = 0; e < ep_.local_experts; ++e) {
+      d.fc1.push_back(grad_or_null<float>(g, experts_index_ + 2 * sz(e)));
+      d.fc2.push_back(grad_or_null<float>(g, experts_index_ + 2 * sz(e) + 1));
+    }
+    if (config_.shared_ffn > 0) {
+      d.shared_fc1 = grad_or_null<float>(g, shared_index_);
+      d.shared_fc2 = grad_or_null<float>(g, shared_index_ + 1);
+    }
+    return d;
+  }
+
+  // A checked forward stage on the GPU (ep = 1: route, experts, unpermute).
+  void cuda_forward(MoeState& st, Step stage, const plx_forward_args& args, int64_t batch, int64_t seq) {
+    const bool training = (args.flags & PLX_FORWARD_TRAINING) != 0;
+    const DeviceWeights w = device_weights(args.params);
+    if (stage == kRoute) {
+      st.saved = false;
+      st.precision = Precision::f32;
+      st.batch = batch;
+      st.seq = seq;
+      const RouteResult r = device_impl_->route(*st.device, w, batch * seq, data<float>(args.inputs[0]), training,
+                                                args.compute_stream);
+      if (training) {
+        report(r.aux_loss, r.z_loss, r.dropped);
+        load_.add(r.offsets);
+      }
+      return;
+    }
+    expect_same_call(st, batch, seq);
+    if (stage == kExperts) {
+      device_impl_->experts(*st.device, w, args.compute_stream);
+      return;
+    }
+    device_impl_->unpermute(*st.device, data<float>(args.outputs[0]), args.compute_stream);
+    st.saved = training;
+    st.next_backward = static_cast<uint32_t>(steps_.size()) - 1;
+  }
+
+  // A checked backward stage on the GPU, in reverse order.
+  void cuda_backward(MoeState& st, Step stage, const plx_backward_args& args, int64_t batch, int64_t seq) {
+    const DeviceWeights w = device_weights(args.params);
+    const float* dout = data<float>(args.grad_outputs[0]);
+    if (stage == kUnpermute) {
+      device_impl_->unpermute_backward(*st.device, dout, args.compute_stream);
+      return;
+    }
+    const DeviceGrads g = device_grads(args.param_grads);
+    if (stage == kExperts) {
+      device_impl_->experts_backward(*st.device, w, g, dout, args.compute_stream);
+      return;
+    }
+    float* dx = nullptr;
+    if (args.grad_inputs[0].data != nullptr) {
+      expect_tensor(args.grad_inputs[0], device_, plx_dtype_f32(), {batch, seq, config_.hidden}, "grad input 0");
+      dx = data<float>(args.grad_inputs[0]);
+    }
+    device_impl_->route_backward(*st.device, w, g, plx_backward_loss_scale(&args), dx, args.compute_stream);
+  }
+
   static constexpr const char* kExpertGradGroup = "expert_dp";
 
   MoeConfig config_;
@@ -531,6 +673,8 @@ class MoeLayer final : public plexus::sdk::Layer {
   std::vector<plx_param_spec> specs_;
   ExpertLoad load_;  // the step's tokens per expert, from its training forwards
   uint32_t router_index_ = 0, bias_index_ = 0, experts_index_ = 0, shared_index_ = 0;
+  DLDevice device_;
+  std::unique_ptr<MoeDevice> device_impl_;  // a CUDA device's implementation; null on the CPU
 };
 
 }  // namespace
@@ -540,7 +684,7 @@ const plx_component_desc* layer_component() {
       kComponent,
       "a mixture-of-experts MLP (Megatron-LM's MoELayer), F only: pre_mlp_layernorm, top-k router, "
       "experts as grouped products over tokens sorted by expert, expert-parallel over the \"ep\" group "
-      "(dispatch and combine all-to-alls as comm stages); CPU, float32 and float64",
+      "(dispatch and combine all-to-alls as comm stages); CPU, float32 and float64; CUDA, float32 (ep = 1)",
       options_schema());
   return &desc;
 }
