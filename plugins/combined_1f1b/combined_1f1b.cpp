@@ -8,6 +8,12 @@
 // the two schedulers' results are bit-identical. Communication stages go to the communication
 // stream and compute stages (and weight gradients) to the compute stream; the engine orders the
 // stages of one microbatch, nothing else is serialized.
+//
+// With "delay_weight_gradients" (the default) the scheduler asks the engine for weight gradients
+// apart (split_weight_gradients): a layer that implements backward_weights (moe.layer) then
+// leaves them out of its backward, and they fill the slots of backward(i-1)'s phase where
+// forward(i) has nothing to compute because its communication stage is in flight. They all run
+// inside the phase, so gradients still accumulate in microbatch order.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,12 +28,13 @@ using combined_1f1b::Pass;
 
 class Combined1F1B {
  public:
-  explicit Combined1F1B(plx_config /*config*/) {}
+  explicit Combined1F1B(plx_config config)
+      : delay_weights_(plexus::sdk::Host::current().config_bool_if(config, "delay_weight_gradients").value_or(true)) {}
 
   void run_step(const plx_schedule_env& env) const {
     const std::vector<std::vector<bool>> comm = stage_kinds(env);
     refuse_what_cannot_overlap(env, comm);
-    const bool split_weights = env.backward_weights != nullptr;
+    const bool split_weights = delay_weights_ && ask_for_split_weights(env);
     run(env, combined_1f1b::interleave(forward_chain(0, comm), {}, split_weights));
     for (uint32_t mb = 1; mb < env.num_microbatches; ++mb)
       run(env, combined_1f1b::interleave(forward_chain(mb, comm), backward_chain(mb - 1, comm), split_weights));
@@ -71,6 +78,16 @@ class Combined1F1B {
         "overlap; use scheduler.component \"sequential\"");
   }
 
+  // A host before 1.5 has no split_weight_gradients (and never splits): then backward computes
+  // the weight gradients as before.
+  static bool ask_for_split_weights(const plx_schedule_env& env) {
+    if (!PLX_HAS_FIELD(&env, plx_schedule_env, split_weight_gradients) || env.split_weight_gradients == nullptr ||
+        env.backward_weights == nullptr)
+      return false;
+    plexus::sdk::check_host(env.split_weight_gradients(env.ctx));
+    return true;
+  }
+
   static std::vector<Node> forward_chain(uint32_t mb, const std::vector<std::vector<bool>>& comm) {
     std::vector<Node> chain;
     for (uint32_t unit = 0; unit < comm.size(); ++unit)
@@ -103,10 +120,18 @@ class Combined1F1B {
       }
     }
   }
+
+  bool delay_weights_ = true;
 };
 
-constexpr const char* kSchema =
-    R"({"type": "object", "doc": "The combined 1F1B scheduler has no options.", "properties": {}})";
+constexpr const char* kSchema = R"json({
+  "type": "object",
+  "doc": "The combined 1F1B scheduler: forward(i) interleaved with backward(i-1).",
+  "properties": {
+    "delay_weight_gradients": {"type": "boolean", "default": true,
+      "doc": "compute the weight gradients of layers that can split them (moe.layer) apart from their input gradients, in the slots where the other microbatch waits for its communication; false computes them inside backward"}
+  }
+})json";
 
 const plx_component_desc kCombined1F1B = plexus::sdk::scheduler_component<Combined1F1B>(
     "combined_1f1b",

@@ -22,12 +22,10 @@ class SequentialScheduler {
           plexus::sdk::check_host(env.forward(env.ctx, mb, unit, stage, stream_for(env, unit, stage)));
       }
       for (uint32_t unit = env.num_units; unit-- > 0;) {
+        // Weight gradients come with the input gradients: nothing here could hide them, so this
+        // scheduler never asks for them apart (split_weight_gradients).
         for (uint32_t stage = num_stages(env, unit); stage-- > 0;)
           plexus::sdk::check_host(env.backward(env.ctx, mb, unit, stage, stream_for(env, unit, stage)));
-        // Split weight gradients, when the engine splits them, are due before the next
-        // microbatch: nothing here could hide them.
-        if (env.backward_weights != nullptr)
-          plexus::sdk::check_host(env.backward_weights(env.ctx, mb, unit, env.compute_stream));
       }
     }
   }

@@ -8,11 +8,17 @@
 // reports the MoE layer's middle stage ("experts") as a communication stage: only the labels
 // change, so the plugin interleaves the two microbatches there exactly as it would around a
 // real all-to-all, and every call still goes to the engine. The ep > 1 run with real all-to-alls
-// under mpirun needs expert parallelism in moe.layer.
+// under mpirun is mpi.test_combined_1f1b_ep.
+//
+// By default combined_1f1b asks the engine for weight gradients apart: moe.layer's come through
+// backward_weights, delayed into the slots where the other microbatch waits; they must still be
+// bit-identical, and so must a run with "delay_weight_gradients": false. A scheduler that asks for
+// the split and never calls backward_weights, or asks too late, gets the engine's error.
 #define BOOST_TEST_MODULE combined_1f1b_training
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -36,7 +42,7 @@ const fs::path kPlugins = fs::path(PLEXUS_BUILD_DIR) / "lib/plexus/plugins";
 
 // ---- the relabelling table around the real plugin's ----
 const plx_scheduler_v1* g_plugin_table = nullptr;  // combined_1f1b's, set before any use
-std::vector<std::pair<char, uint32_t>> g_calls;     // ('F' or 'B', microbatch), in call order
+std::vector<std::pair<char, uint32_t>> g_calls;     // ('F', 'B' or 'W', microbatch), in call order
 
 struct Relabel {
   const plx_schedule_env* engine;
@@ -58,6 +64,13 @@ struct Relabel {
   static plx_status backward(void* ctx, uint32_t mb, uint32_t unit, uint32_t s, plx_stream stream) noexcept {
     g_calls.emplace_back('B', mb);
     return of(ctx).backward(of(ctx).ctx, mb, unit, s, stream);
+  }
+  static plx_status backward_weights(void* ctx, uint32_t mb, uint32_t unit, plx_stream stream) noexcept {
+    g_calls.emplace_back('W', mb);
+    return of(ctx).backward_weights(of(ctx).ctx, mb, unit, stream);
+  }
+  static plx_status split_weight_gradients(void* ctx) noexcept {
+    return of(ctx).split_weight_gradients(of(ctx).ctx);
   }
 };
 
@@ -82,13 +95,49 @@ struct RelabelledScheduler {
     wrapped.unit_stage = &Relabel::stage;
     wrapped.forward = &Relabel::forward;
     wrapped.backward = &Relabel::backward;
-    wrapped.backward_weights = env->backward_weights;  // NULL: the engine does not split them
+    wrapped.backward_weights = &Relabel::backward_weights;
+    wrapped.split_weight_gradients = &Relabel::split_weight_gradients;
     return g_plugin_table->run_step(static_cast<RelabelledScheduler*>(s)->plugin_scheduler, &wrapped);
   }
 };
 
 const plx_scheduler_v1 kRelabelledTable = {sizeof(plx_scheduler_v1), 0, &RelabelledScheduler::create,
                                            &RelabelledScheduler::destroy, &RelabelledScheduler::run_step};
+
+// ---- schedulers that break the split's contract ----
+// Each microbatch's forward then backward, as the sequential scheduler runs them, after asking for
+// split weight gradients (before any backward, or after the first microbatch's), and never
+// calling backward_weights.
+template <bool kAskLate>
+struct SplitWithoutWeights {
+  static plx_status create(plx_config, void** out) noexcept {
+    static int instance = 0;
+    *out = &instance;
+    return PLX_OK;
+  }
+  static void destroy(void*) noexcept {}
+  static plx_status run_step(void*, const plx_schedule_env* env) noexcept {
+    plx_status status = PLX_OK;
+    if (!kAskLate && (status = env->split_weight_gradients(env->ctx)) != PLX_OK) return status;
+    for (uint32_t mb = 0; mb < env->num_microbatches; ++mb) {
+      for (uint32_t unit = 0; unit < env->num_units; ++unit) {
+        uint32_t stages = 0;
+        if ((status = env->unit_num_stages(env->ctx, unit, &stages)) != PLX_OK) return status;
+        for (uint32_t stage = 0; stage < stages; ++stage)
+          if ((status = env->forward(env->ctx, mb, unit, stage, env->compute_stream)) != PLX_OK) return status;
+      }
+      for (uint32_t unit = env->num_units; unit-- > 0;) {
+        uint32_t stages = 0;
+        if ((status = env->unit_num_stages(env->ctx, unit, &stages)) != PLX_OK) return status;
+        for (uint32_t stage = stages; stage-- > 0;)
+          if ((status = env->backward(env->ctx, mb, unit, stage, env->compute_stream)) != PLX_OK) return status;
+      }
+      if (kAskLate && mb == 0 && (status = env->split_weight_gradients(env->ctx)) != PLX_OK) return status;
+    }
+    return PLX_OK;
+  }
+  static constexpr plx_scheduler_v1 table = {sizeof(plx_scheduler_v1), 0, &create, &destroy, &run_step};
+};
 
 // ---- training ----
 struct Trained {
@@ -145,7 +194,7 @@ Trained train(plexus::PluginHost& host, const boost::json::value& rc, const plex
   return out;
 }
 
-void check_bit_identical(bool mhc) {
+void check_bit_identical(bool mhc, bool delay_weights) {
   boost::json::value rc = run_config(mhc);
   plexus::PluginHost host;
   plexus::load_configured_plugins(host, rc, {{kPlugins}, false});
@@ -156,11 +205,18 @@ void check_bit_identical(bool mhc) {
   plexus::Component relabelled = plugin;
   relabelled.table = &kRelabelledTable;
 
+  plexus::ConfigHandle options(boost::json::object{{"delay_weight_gradients", delay_weights}},
+                               "scheduler.options");
   const plexus::SchedulerInstance sequential(host.get(PLX_KIND_SCHEDULER, "sequential"), nullptr);
-  const plexus::SchedulerInstance combined(relabelled, nullptr);
+  const plexus::SchedulerInstance combined(relabelled, options.get());
   const Trained reference = train(host, rc, sequential);
   g_calls.clear();
   const Trained overlapped = train(host, rc, combined);
+
+  // The MoE layer's weight gradients came apart exactly when asked for: one call per unit and
+  // microbatch of every step (6 units: the embedding, 3 decoder layers, the final norm, the head).
+  const auto weight_calls = std::count_if(g_calls.begin(), g_calls.end(), [](const auto& c) { return c.first == 'W'; });
+  BOOST_TEST(weight_calls == (delay_weights ? 10 * 3 * 6 : 0));
 
   // The schedule really interleaved: microbatch 1's forward ran between microbatch 0's
   // backward calls in every step.
@@ -185,9 +241,44 @@ void check_bit_identical(bool mhc) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(combined_1f1b_matches_sequential_bit_for_bit_with_moe_and_dense_layers) {
-  check_bit_identical(false);
+  check_bit_identical(false, true);
 }
 
 BOOST_AUTO_TEST_CASE(combined_1f1b_matches_sequential_bit_for_bit_under_mhc) {
-  check_bit_identical(true);
+  check_bit_identical(true, true);
+}
+
+BOOST_AUTO_TEST_CASE(combined_1f1b_without_delayed_weight_gradients_matches_sequential_bit_for_bit) {
+  check_bit_identical(false, false);
+}
+
+// A scheduler that asks for split weight gradients and returns without calling backward_weights
+// fails the step naming the unit and microbatch; asking after a backward call is refused.
+BOOST_AUTO_TEST_CASE(a_split_without_backward_weights_and_a_late_split_are_errors) {
+  boost::json::value rc = run_config(false);
+  plexus::PluginHost host;
+  plexus::load_configured_plugins(host, rc, {{kPlugins}, false});
+  plexus::check_components(host, rc);
+  plexus::Component forgetful = host.get(PLX_KIND_SCHEDULER, "sequential");
+  forgetful.table = &SplitWithoutWeights<false>::table;
+  plexus::Component late = forgetful;
+  late.table = &SplitWithoutWeights<true>::table;
+  const auto error_of = [&](const plexus::Component& component) -> std::string {
+    const plexus::SchedulerInstance scheduler(component, nullptr);
+    try {
+      train(host, rc, scheduler);
+    } catch (const std::exception& e) {
+      BOOST_TEST_MESSAGE("refused as expected: " << e.what());
+      return e.what();
+    }
+    BOOST_ERROR("the step succeeded");
+    return {};
+  };
+  const std::string missing = error_of(forgetful);
+  BOOST_TEST(missing.find("without calling backward_weights for microbatch 0 of unit") != std::string::npos, missing);
+  BOOST_TEST(missing.find("moe.layer") != std::string::npos, missing);
+  const std::string too_late = error_of(late);
+  BOOST_TEST(too_late.find("split_weight_gradients: the scheduler must ask before the step's first backward") !=
+                 std::string::npos,
+             too_late);
 }

@@ -4,14 +4,18 @@
 // microbatches per rank with the sequential scheduler and with combined_1f1b. The two must give
 // bit-identical losses and final weights: combined_1f1b only moves stages of one microbatch
 // between the other's, and each parameter still accumulates microbatch 0's gradient before
-// microbatch 1's. Also the refusals through plexus-train. Reported skipped where there is no
-// mpirun or no MPI comm backend.
+// microbatch 1's. combined_1f1b delays moe.layer's weight gradients by default
+// (backward_weights); with "delay_weight_gradients": false, and under the ZeRO-3 strategy
+// (optim_grads_params, whose gradient buffers stay acquired until the delayed weight gradients
+// are written), the results are the same bits. Also the refusals through plexus-train. Reported
+// skipped where there is no mpirun or no MPI comm backend.
 #define BOOST_TEST_MODULE combined_1f1b_ep
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mpi_launch.hpp"
@@ -87,6 +91,32 @@ BOOST_AUTO_TEST_CASE(combined_1f1b_matches_sequential_bit_for_bit_on_2_and_4_ran
         BOOST_TEST(a == b, boost::test_tools::per_element());  // exactly: the JSON keeps every bit of a double
         expect_identical_checkpoints(seq_dir, c1f1b_dir);
       }
+    }
+  }
+}
+
+// ep = 2 on 2 ranks under ZeRO-3: sequential, combined_1f1b with delayed weight gradients and
+// combined_1f1b without, all the same bits.
+BOOST_AUTO_TEST_CASE(delayed_weight_gradients_match_sequential_under_zero3_and_without_delay) {
+  Corpus corpus;
+  const std::string common = kMoe + ep(2) + kPlugins +
+                             R"( --set 'distributed.data_parallel.options={"strategy": "optim_grads_params"}')";
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"sequential", scheduler("sequential")},
+      {"delayed", scheduler("combined_1f1b")},
+      {"not_delayed", scheduler("combined_1f1b") + R"( --set 'scheduler.options={"delay_weight_gradients": false}')"}};
+  for (const auto& [name, extra] : runs) {
+    const auto result = run_process(mpirun_command(2, 120) + corpus.train((corpus.dir.path() / name).string(), common + extra));
+    BOOST_TEST_REQUIRE(result.status == 0, result.output);
+  }
+  const std::vector<double> reference = step_losses(corpus.dir.path() / "sequential" / "metrics.jsonl");
+  BOOST_TEST_REQUIRE(reference.size() == 10u);
+  BOOST_TEST(reference.back() < reference.front());  // it trained
+  for (const char* name : {"delayed", "not_delayed"}) {
+    BOOST_TEST_CONTEXT(name) {
+      const std::vector<double> losses = step_losses(corpus.dir.path() / name / "metrics.jsonl");
+      BOOST_TEST(losses == reference, boost::test_tools::per_element());
+      expect_identical_checkpoints(corpus.dir.path() / "sequential", corpus.dir.path() / name);
     }
   }
 }

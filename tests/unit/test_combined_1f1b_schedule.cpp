@@ -69,10 +69,13 @@ class RuleKeepingEngine {
     e.unit_stage = &stage_info;
     e.forward = &forward;
     e.backward = &backward;
+    // The engine offers the split; the scheduler takes it by calling split_weight_gradients.
     e.backward_weights = split_weight_grads ? &backward_weights : nullptr;
-    split_ = split_weight_grads;
+    e.split_weight_gradients = split_weight_grads ? &split_weight_gradients : nullptr;
+    split_ = false;
     return e;
   }
+  bool split_asked() const { return split_; }
 
   // Every microbatch ran its whole forward and backward (and weight gradients when split).
   bool all_complete() const {
@@ -161,11 +164,23 @@ class RuleKeepingEngine {
     }
     return e.record(c);
   }
+  static plx_status split_weight_gradients(void* ctx) noexcept {
+    RuleKeepingEngine& e = self(ctx);
+    for (const Call& c : e.calls)
+      if (c.what == 'B') {
+        e.violations.push_back("split_weight_gradients after the step's first backward call");
+        break;
+      }
+    e.split_ = true;
+    return PLX_OK;
+  }
   static plx_status backward_weights(void* ctx, uint32_t mb, uint32_t unit, plx_stream stream) noexcept {
     RuleKeepingEngine& e = self(ctx);
     const Call c{'W', mb, unit, 0, stream == reinterpret_cast<plx_stream>(&e.comm_tag_)};
     Progress& p = e.microbatches_.at(mb);
-    if (!p.forward_done || p.backward_unit >= static_cast<int64_t>(unit) || p.weights_done.at(unit))
+    if (!e.split_)
+      e.violated(c, "weight gradients without asking for them apart (split_weight_gradients)");
+    else if (!p.forward_done || p.backward_unit >= static_cast<int64_t>(unit) || p.weights_done.at(unit))
       e.violated(c, "weight gradients before the unit's backward, or twice");
     else if (c.comm_stream)
       e.violated(c, "weight gradients on the communication stream");
@@ -181,9 +196,9 @@ fs::path plugin_file() {
 
 struct Scheduler {
   plexus::PluginHost host;
-  plexus::ConfigHandle config{boost::json::object{}, "scheduler.options"};
+  plexus::ConfigHandle config;
   std::unique_ptr<plexus::SchedulerInstance> scheduler;
-  Scheduler() {
+  explicit Scheduler(boost::json::object options = {}) : config(std::move(options), "scheduler.options") {
     if (!fs::exists(plugin_file()))
       throw std::runtime_error("the combined_1f1b plugin is not built: " + plugin_file().string() + " is missing");
     host.load(plugin_file());
@@ -330,6 +345,35 @@ BOOST_AUTO_TEST_CASE(order_rules_and_interleaving_hold_for_every_shape) {
     }
   }
 }
+
+// The engine offers the split, the scheduler takes it (before any backward), and every unit of
+// every microbatch gets its weight gradients (run() checks both).
+BOOST_AUTO_TEST_CASE(asks_for_split_weight_gradients_when_offered) {
+  RuleKeepingEngine engine({{C}, {C, M, C, M}, {C}});
+  const std::vector<Call> calls = run(engine, 3, true);
+  BOOST_TEST(engine.split_asked());
+  BOOST_TEST(std::count_if(calls.begin(), calls.end(), [](const Call& c) { return c.what == 'W'; }) == 9);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// "delay_weight_gradients": false: the scheduler declines the split the engine offers, so backward
+// computes the weight gradients, and the order is the one without a split.
+BOOST_AUTO_TEST_CASE(delay_weight_gradients_false_declines_the_split) {
+  boost::json::object options;
+  options["delay_weight_gradients"] = false;
+  Scheduler declining(options);
+  Scheduler plain;
+  const std::vector<std::vector<bool>> units{{C}, {C, M, C, M}, {C}};
+  RuleKeepingEngine offered(units);
+  const std::vector<Call> calls = declining.run(offered, 3, true);
+  BOOST_TEST(!offered.split_asked());
+  RuleKeepingEngine not_offered(units);
+  const std::vector<Call> expected = plain.run(not_offered, 3, false);
+  BOOST_TEST(calls == expected, boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_SUITE(combined_1f1b_refusals, Scheduler)
 
 BOOST_AUTO_TEST_CASE(refuses_one_microbatch_saying_why) {
   RuleKeepingEngine engine({{C}, {C, M, C, M}, {C}});

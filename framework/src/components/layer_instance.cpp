@@ -95,4 +95,10 @@ void LayerInstance::backward(State& state, uint32_t stage, const plx_backward_ar
   check_call(*component_, "backward", table_->backward(layer_, state.get(), stage, &args));
 }
 
+void LayerInstance::backward_weights(State& state, const plx_backward_args& args) const {
+  if (table_->backward_weights == nullptr)
+    throw ComponentCallError(PLX_ERR_UNSUPPORTED, component_->name + " has no backward_weights");
+  check_call(*component_, "backward_weights", table_->backward_weights(layer_, state.get(), &args));
+}
+
 }  // namespace plexus

@@ -45,6 +45,13 @@ struct MhcSaved {
   Tensor dx, df, dh_pre, dh_post, dh_res;
 };
 
+// Where a unit's weight gradients stand in one microbatch when the scheduler splits them off.
+enum class WeightGrads : uint8_t {
+  with_backward,  // computed by backward (not split): nothing to wait for
+  due,            // backward ran without them; the state waits for backward_weights
+  done,           // backward_weights ran
+};
+
 // One microbatch in flight: its layer states and the buffers between units.
 struct Model::Run {
   const Batch* batch = nullptr;
@@ -62,6 +69,7 @@ struct Model::Run {
   Tensor summed_grad;                            // under mHC: the streams' gradient summed, the embedding's
   Tensor grad;                                   // its gradient, during backward
   std::vector<Tensor> grad_inputs;               // per unit: the gradient a unit writes
+  std::vector<WeightGrads> weights;              // per unit
   uint32_t forward_unit = 0, forward_stage = 0;  // the next forward call expected
   int64_t backward_unit = -1;
   uint32_t backward_stage = 0;

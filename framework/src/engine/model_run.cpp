@@ -73,6 +73,7 @@ std::unique_ptr<Model::Run> Model::start_run(const Batch& batch, bool training, 
   device_ops::write_floats(run->loss_scale, &scale, 1);
   run->outputs.resize(units_.size());
   run->grad_inputs.resize(units_.size());
+  run->weights.assign(units_.size(), WeightGrads::with_backward);
   for (const auto& unit : units_) run->states.push_back(unit->layer->create_state(microbatch));
   if (mhc_backend_) run->mhc.resize(units_.size());
   run->backward_unit = static_cast<int64_t>(units_.size()) - 1;
@@ -277,6 +278,8 @@ void Model::backward_stage(Run& run, uint32_t u, uint32_t stage) {
   args.params = unit.param_views.data();
   args.param_grads = unit.grad_views.data();
   args.loss_scale = run.loss_scale_value;
+  const bool split = split_weights_ && unit.layer->has_backward_weights();
+  if (split) args.flags = PLX_BACKWARD_SKIP_WEIGHT_GRADS;
   unit.layer->backward(*run.states[u], stage, args);
 
   if (stage > 0) {
@@ -306,14 +309,69 @@ void Model::backward_stage(Run& run, uint32_t u, uint32_t stage) {
     case UnitRole::embedding:
       break;
   }
-  run.states[u].reset();
-  if (sharded_ && fsdp_first_[u]) {
-    const StepProfile::Scope reduce(profile_, "gradient reduction (start)", Phase::backward);
-    sharded_->end_backward(fsdp_of_[u]);
-  }
   --run.backward_unit;
   if (run.backward_unit >= 0)
     run.backward_stage = static_cast<uint32_t>(units_[run.backward_unit]->stages.size()) - 1;
+  if (split) {
+    run.weights[u] = WeightGrads::due;  // the state holds what backward_weights needs
+    return;
+  }
+  finish_unit_backward(run, u);
+}
+
+// A unit's weight gradients, after its backward left them out. Another microbatch's stages may
+// have run since; this one's layer state and the unit's gradient buffers were kept for it.
+void Model::backward_weights(Run& run, uint32_t u) {
+  Unit& unit = *units_.at(u);
+  const std::string where = "backward_weights of microbatch " + std::to_string(run.microbatch) + ", " + unit.label;
+  if (run.backward_unit >= static_cast<int64_t>(u))
+    throw std::runtime_error("schedule order: " + where + " ran before the unit's backward completed");
+  switch (run.weights[u]) {
+    case WeightGrads::with_backward:
+      return;  // its backward computed them
+    case WeightGrads::done:
+      throw std::runtime_error("schedule order: " + where + " ran twice");
+    case WeightGrads::due:
+      break;
+  }
+  const StepProfile::Scope timed(profile_, unit.label, StepProfile::Phase::backward);
+  plx_backward_args args{};
+  args.struct_size = sizeof(args);
+  args.microbatch = run.microbatch;
+  refresh_views(unit);
+  args.num_params = static_cast<uint32_t>(unit.param_views.size());
+  args.params = unit.param_views.data();
+  args.param_grads = unit.grad_views.data();
+  args.loss_scale = run.loss_scale_value;
+  unit.layer->backward_weights(*run.states[u], args);
+  run.weights[u] = WeightGrads::done;
+  finish_unit_backward(run, u);
+}
+
+// After a unit's backward, or its weight gradients when they came apart: its layer state goes,
+// and the FSDP unit's gradients are complete once every physical unit of it is through both
+// (its first unit's backward runs last; a delayed weight gradient may come later still).
+void Model::finish_unit_backward(Run& run, uint32_t u) {
+  run.states[u].reset();
+  if (!sharded_) return;
+  std::size_t first = u, last = u;
+  while (!fsdp_first_[first]) --first;
+  while (!fsdp_last_[last]) ++last;
+  if (run.backward_unit >= static_cast<int64_t>(first)) return;  // its first unit's backward is to come
+  for (std::size_t p = first; p <= last; ++p)
+    if (run.weights[p] == WeightGrads::due) return;
+  const StepProfile::Scope reduce(profile_, "gradient reduction (start)", StepProfile::Phase::backward);
+  sharded_->end_backward(fsdp_of_[u]);
+}
+
+void Model::check_weight_gradients_done(const Run& run) const {
+  for (std::size_t l = 0; l < logical_units_.size(); ++l)
+    for (std::size_t u = logical_units_[l].first; u < logical_units_[l].first + logical_units_[l].count; ++u)
+      if (run.weights[u] == WeightGrads::due)
+        throw std::runtime_error("the scheduler asked for weight gradients apart (split_weight_gradients) but "
+                                 "returned without calling backward_weights for microbatch " +
+                                 std::to_string(run.microbatch) + " of unit " + std::to_string(l) + " (" +
+                                 units_[u]->label + ")");
 }
 
 void Model::run_forward(Run& run) {

@@ -35,15 +35,18 @@ struct ScheduleEnvBridge {
                                std::to_string(m.runs_.size()));
     return *m.runs_[microbatch];
   }
+  static const Model::LogicalUnit& logical_of(const Model& m, uint32_t unit) {
+    if (unit >= m.logical_units_.size())
+      throw std::runtime_error("scheduler asked for unit " + std::to_string(unit) + " of " +
+                               std::to_string(m.logical_units_.size()));
+    return m.logical_units_[unit];
+  }
   // A scheduler's unit is a logical layer; its stages are those of its physical units in order.
   struct PhysicalStage {
     uint32_t unit = 0, stage = 0;
   };
   static PhysicalStage physical(const Model& m, uint32_t unit, uint32_t stage) {
-    if (unit >= m.logical_units_.size())
-      throw std::runtime_error("scheduler asked for unit " + std::to_string(unit) + " of " +
-                               std::to_string(m.logical_units_.size()));
-    const Model::LogicalUnit& logical = m.logical_units_[unit];
+    const Model::LogicalUnit& logical = logical_of(m, unit);
     uint32_t local = stage;
     for (std::size_t p = logical.first; p < logical.first + logical.count; ++p) {
       const auto stages = static_cast<uint32_t>(m.units_[p]->stages.size());
@@ -83,6 +86,25 @@ struct ScheduleEnvBridge {
       m.backward_stage(run_of(m, mb), p.unit, p.stage);
     });
   }
+  // A logical unit's weight gradients: its physical units' in backward order.
+  static plx_status backward_weights(void* ctx, uint32_t mb, uint32_t unit, plx_stream) noexcept {
+    return call(ctx, [&](Model& m) {
+      Model::Run& run = run_of(m, mb);
+      const Model::LogicalUnit& logical = logical_of(m, unit);
+      for (std::size_t p = logical.first + logical.count; p-- > logical.first;)
+        m.backward_weights(run, static_cast<uint32_t>(p));
+    });
+  }
+  static plx_status split_weight_gradients(void* ctx) noexcept {
+    return call(ctx, [&](Model& m) {
+      for (const auto& run : m.runs_)
+        if (run->backward_unit != static_cast<int64_t>(m.units_.size()) - 1 ||
+            run->backward_stage + 1 != m.units_.back()->stages.size() || run->weights.back() != WeightGrads::with_backward)
+          throw std::runtime_error("split_weight_gradients: the scheduler must ask before the step's first backward "
+                                   "call (microbatch " + std::to_string(run->microbatch) + " has begun its backward)");
+      m.split_weights_ = true;
+    });
+  }
 };
 
 double Model::forward_backward(const SchedulerInstance& scheduler, const std::vector<Batch>& microbatches) {
@@ -101,21 +123,27 @@ double Model::forward_backward(const SchedulerInstance& scheduler, const std::ve
   env.unit_stage = &ScheduleEnvBridge::stage;
   env.forward = &ScheduleEnvBridge::forward;
   env.backward = &ScheduleEnvBridge::backward;
-  env.backward_weights = nullptr;  // weight gradients are computed with the input gradients
+  // Weight gradients come with the input gradients unless the scheduler asks for them apart.
+  env.backward_weights = &ScheduleEnvBridge::backward_weights;
+  env.split_weight_gradients = &ScheduleEnvBridge::split_weight_gradients;
+  split_weights_ = false;
   try {
     scheduler.run_step(env);
+    for (const auto& run : runs_) {
+      if (run->backward_unit >= 0)
+        throw std::runtime_error("the scheduler returned before the backward of microbatch " +
+                                 std::to_string(run->microbatch) + " completed");
+      check_weight_gradients_done(*run);
+    }
   } catch (...) {
     runs_.clear();
+    split_weights_ = false;
     if (bridge.error) std::rethrow_exception(bridge.error);
     throw;
   }
+  split_weights_ = false;
   double loss = 0;
-  for (const auto& run : runs_) {
-    if (run->backward_unit >= 0)
-      throw std::runtime_error("the scheduler returned before the backward of microbatch " +
-                               std::to_string(run->microbatch) + " completed");
-    loss += run->loss;
-  }
+  for (const auto& run : runs_) loss += run->loss;
   runs_.clear();
   if (!std::isfinite(loss)) throw NonFiniteError("non-finite loss");
   return loss / static_cast<double>(microbatches.size());

@@ -8,6 +8,8 @@ namespace {
 namespace k = plexus::kernels;
 using k::Trans;
 std::size_t sz(int64_t v) { return static_cast<std::size_t>(v); }
+// Room for n elements, never a null pointer (an expert group may get no rows).
+std::size_t at_least_one(int64_t n) { return n > 0 ? sz(n) : 1; }
 }  // namespace
 
 template <class T>
@@ -36,51 +38,64 @@ void experts_forward(const MlpShape& shape, const std::vector<int64_t>& offsets,
 }
 
 template <class T>
-void experts_backward(const MlpShape& shape, const std::vector<int64_t>& offsets, const ExpertWeights<T>& w,
-                      const ExpertGrads<T>& g, const ExpertsSaved& s, const T* x_perm, const T* dy_perm,
-                      T* dx_perm) {
+void experts_backward_inputs(const MlpShape& shape, const std::vector<int64_t>& offsets, const ExpertWeights<T>& w,
+                             const ExpertsSaved& s, const T* dy_perm, T* dx_perm, k::Buffer& da_keep) {
   const int64_t rows = offsets.back(), hidden = shape.hidden, f = shape.ffn, f1 = shape.fc1_rows();
   const auto experts = static_cast<int64_t>(offsets.size()) - 1;
   const T* a = s.a.data<T>();
-  const T* act = s.act.data<T>();
-  k::Buffer dact_buf, da_buf;
-  T* dact = dact_buf.get<T>(sz(rows * f));
-  // y = act W2^T:  dact = dy W2,  dW2 += dy^T act.
+  k::Buffer dact_buf;
+  // gelu: da is dact, computed in place.
+  T* da = da_keep.get<T>(at_least_one(rows * f1));
+  T* dact = shape.swiglu ? dact_buf.get<T>(at_least_one(rows * f)) : da;
+  // y = act W2^T:  dact = dy W2.
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t first = offsets[sz(e)], n = offsets[sz(e + 1)] - first;
     if (n == 0) continue;
     k::gemm_parallel<T>(Trans::N, Trans::N, n, f, hidden, T(1), dy_perm + first * hidden, hidden, w.fc2[sz(e)], f,
                         T(0), dact + first * f, f);
-    if (g.fc2[sz(e)] != nullptr)
-      k::gemm_parallel<T>(Trans::T, Trans::N, hidden, f, n, T(1), dy_perm + first * hidden, hidden, act + first * f,
-                          f, T(1), g.fc2[sz(e)], f);
   }
-  T* da = shape.swiglu ? da_buf.get<T>(sz(rows * f1)) : dact;  // gelu: in place
   if (shape.swiglu)
     k::swiglu_backward<T>(rows, f, a, dact, da);
   else
     k::gelu_backward<T>(rows * f, a, dact, da);
-  // a = x W1^T:  dW1 += da^T x,  dx = da W1.
+  // a = x W1^T:  dx = da W1.
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t first = offsets[sz(e)], n = offsets[sz(e + 1)] - first;
     if (n == 0) continue;
-    if (g.fc1[sz(e)] != nullptr)
-      k::gemm_parallel<T>(Trans::T, Trans::N, f1, hidden, n, T(1), da + first * f1, f1, x_perm + first * hidden,
-                          hidden, T(1), g.fc1[sz(e)], hidden);
     k::gemm_parallel<T>(Trans::N, Trans::N, n, hidden, f1, T(1), da + first * f1, f1, w.fc1[sz(e)], hidden, T(0),
                         dx_perm + first * hidden, hidden);
   }
 }
 
-template void experts_forward<float>(const MlpShape&, const std::vector<int64_t>&, const ExpertWeights<float>&,
-                                     const float*, ExpertsSaved&, float*);
-template void experts_forward<double>(const MlpShape&, const std::vector<int64_t>&, const ExpertWeights<double>&,
-                                      const double*, ExpertsSaved&, double*);
-template void experts_backward<float>(const MlpShape&, const std::vector<int64_t>&, const ExpertWeights<float>&,
-                                      const ExpertGrads<float>&, const ExpertsSaved&, const float*, const float*,
-                                      float*);
-template void experts_backward<double>(const MlpShape&, const std::vector<int64_t>&, const ExpertWeights<double>&,
-                                       const ExpertGrads<double>&, const ExpertsSaved&, const double*,
-                                       const double*, double*);
+template <class T>
+void experts_backward_weights(const MlpShape& shape, const std::vector<int64_t>& offsets, const ExpertGrads<T>& g,
+                              const ExpertsSaved& s, const T* x_perm, const T* dy_perm, const k::Buffer& da_kept) {
+  const int64_t hidden = shape.hidden, f = shape.ffn, f1 = shape.fc1_rows();
+  const auto experts = static_cast<int64_t>(offsets.size()) - 1;
+  const T* act = s.act.data<T>();
+  const T* da = da_kept.data<T>();
+  // dW2 += dy^T act,  dW1 += da^T x.
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t first = offsets[sz(e)], n = offsets[sz(e + 1)] - first;
+    if (n == 0) continue;
+    if (g.fc2[sz(e)] != nullptr)
+      k::gemm_parallel<T>(Trans::T, Trans::N, hidden, f, n, T(1), dy_perm + first * hidden, hidden, act + first * f,
+                          f, T(1), g.fc2[sz(e)], f);
+    if (g.fc1[sz(e)] != nullptr)
+      k::gemm_parallel<T>(Trans::T, Trans::N, f1, hidden, n, T(1), da + first * f1, f1, x_perm + first * hidden,
+                          hidden, T(1), g.fc1[sz(e)], hidden);
+  }
+}
+
+#define PLEXUS_MOE_EXPERTS(T)                                                                                      \
+  template void experts_forward<T>(const MlpShape&, const std::vector<int64_t>&, const ExpertWeights<T>&, const T*, \
+                                   ExpertsSaved&, T*);                                                             \
+  template void experts_backward_inputs<T>(const MlpShape&, const std::vector<int64_t>&, const ExpertWeights<T>&,  \
+                                           const ExpertsSaved&, const T*, T*, k::Buffer&);                         \
+  template void experts_backward_weights<T>(const MlpShape&, const std::vector<int64_t>&, const ExpertGrads<T>&,   \
+                                            const ExpertsSaved&, const T*, const T*, const k::Buffer&);
+PLEXUS_MOE_EXPERTS(float)
+PLEXUS_MOE_EXPERTS(double)
+#undef PLEXUS_MOE_EXPERTS
 
 }  // namespace plexus::moe

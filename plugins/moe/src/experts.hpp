@@ -37,9 +37,15 @@ struct ExpertsSaved {
 template <class T>
 void experts_forward(const MlpShape& shape, const std::vector<int64_t>& offsets, const ExpertWeights<T>& w,
                      const T* x, ExpertsSaved& s, T* y);
-// dx [rows, C] (written) from dy; the weight gradients accumulated.
+// Backward in two parts, so the weight gradients can come later (backward_weights): the input
+// gradient dx [rows, C] (written) from dy, keeping fc1's output gradient in `da`; then the weight
+// gradients accumulated (dW2 += dy^T act, dW1 += da^T x) from what the first part kept. Each
+// weight gets the same products in either order, so splitting changes no bit.
 template <class T>
-void experts_backward(const MlpShape& shape, const std::vector<int64_t>& offsets, const ExpertWeights<T>& w,
-                      const ExpertGrads<T>& g, const ExpertsSaved& s, const T* x, const T* dy, T* dx);
+void experts_backward_inputs(const MlpShape& shape, const std::vector<int64_t>& offsets, const ExpertWeights<T>& w,
+                             const ExpertsSaved& s, const T* dy, T* dx, plexus::kernels::Buffer& da);
+template <class T>
+void experts_backward_weights(const MlpShape& shape, const std::vector<int64_t>& offsets, const ExpertGrads<T>& g,
+                              const ExpertsSaved& s, const T* x, const T* dy, const plexus::kernels::Buffer& da);
 
 }  // namespace plexus::moe

@@ -19,6 +19,7 @@
 // (device_impl.hpp); this file still makes every check.
 #include "moe_layer.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <string>
@@ -81,6 +82,12 @@ class MoeState : public plexus::sdk::LayerState {
   k::Buffer x_perm, y_perm;
   ExpertsSaved experts;
   k::Buffer dy_perm, dprobs, dx_perm;  // between backward stages
+  // Weight gradients apart (PLX_BACKWARD_SKIP_WEIGHT_GRADS): what backward_weights needs that
+  // backward computed, fc1's output gradients, the shared experts' output gradient, the router's
+  // logit gradient and the pre-norm's output gradient; and whether they wait for it.
+  bool skip_weights = false;
+  bool weights_due = false;
+  k::Buffer da_experts, da_shared, dy_shared, dlogits, du;
 
   // Expert parallelism: who sends what where, the rows arrived from the ep ranks (source-major)
   // and regrouped by local expert (expert-major), the experts' outputs going back; backward the
@@ -230,11 +237,48 @@ class MoeLayer final : public plexus::sdk::Layer {
     if (stage != st.next_backward)
       throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": backward stage " + std::to_string(stage) +
                                                 " called before stage " + std::to_string(st.next_backward));
+    const bool skip = (args.flags & PLX_BACKWARD_SKIP_WEIGHT_GRADS) != 0;
+    if (skip && device_impl_)
+      throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) +
+                                           " on CUDA: weight gradients split from backward (PLX_BACKWARD_SKIP_WEIGHT_GRADS, "
+                                           "backward_weights) are not built yet; run the scheduler without delayed "
+                                           "weight gradients (scheduler.options.delay_weight_gradients = false)");
+    if (stage + 1 == steps_.size()) {
+      if (st.weights_due)
+        throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": backward of microbatch " +
+                                                  std::to_string(args.microbatch) +
+                                                  " again before backward_weights of the previous one");
+      st.skip_weights = skip;
+    } else if (skip != st.skip_weights) {
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": backward stage " + std::to_string(stage) +
+                                                " with PLX_BACKWARD_SKIP_WEIGHT_GRADS " + (skip ? "set" : "clear") +
+                                                ", unlike the microbatch's earlier stages");
+    }
     if (precision_here(args.grad_outputs[0].dtype, "grad output 0") == Precision::f32)
       run_backward<float>(st, steps_[stage], args);
     else
       run_backward<double>(st, steps_[stage], args);
     st.next_backward = stage == 0 ? static_cast<uint32_t>(steps_.size()) - 1 : stage - 1;
+    if (stage == 0) st.weights_due = skip;
+  }
+
+  // The weight gradients that backward left out: each parameter gets the products backward would
+  // have added, from the same operands, so the split changes no bit.
+  void backward_weights(plexus::sdk::LayerState& state, const plx_backward_args& args) override {
+    auto& st = static_cast<MoeState&>(state);
+    if (!st.weights_due)
+      throw Error(PLX_ERR_INVALID_ARGUMENT,
+                  std::string(kComponent) + ": backward_weights of microbatch " + std::to_string(args.microbatch) +
+                      " without a backward that left them out (PLX_BACKWARD_SKIP_WEIGHT_GRADS)");
+    if (args.num_params != specs_.size())
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string("backward_weights: ") + kComponent + " has " +
+                                                std::to_string(specs_.size()) + " parameters, got " +
+                                                std::to_string(args.num_params));
+    if (st.precision == Precision::f32)
+      run_backward_weights<float>(st, args);
+    else
+      run_backward_weights<double>(st, args);
+    st.weights_due = false;
   }
 
   // The matrix products as run, 2 FLOPs per multiply-add: the router ([N, C] x [C, E]) and, for
@@ -524,49 +568,42 @@ class MoeLayer final : public plexus::sdk::Layer {
       return;
     }
     if (stage == kExperts) {
-      ExpertGrads<T> g;
-      for (int64_t e = 0; e < ep_.local_experts; ++e) {
-        g.fc1.push_back(grad_or_null<T>(args.param_grads, experts_index_ + 2 * sz(e)));
-        g.fc2.push_back(grad_or_null<T>(args.param_grads, experts_index_ + 2 * sz(e) + 1));
-      }
       if (ep_.parallel()) {
         wait_exchange(host, st.pending);
         const int64_t received = st.layout.received();
         T* dy_local = st.dy_local.get<T>(at_least_one(received * c.hidden));
         to_expert_major<T>(st.layout, c.hidden, st.dy_recv.data<T>(), dy_local);
         T* dx_local = st.dx_local.get<T>(at_least_one(received * c.hidden));
-        experts_backward<T>(expert_shape(), st.layout.expert_offsets, expert_weights<T>(args.params), g,
-                            st.experts, st.x_local.data<T>(), dy_local, dx_local);
+        experts_backward_inputs<T>(expert_shape(), st.layout.expert_offsets, expert_weights<T>(args.params),
+                                   st.experts, dy_local, dx_local, st.da_experts);
         to_source_major<T>(st.layout, c.hidden, dx_local, st.dx_send.get<T>(at_least_one(received * c.hidden)));
       } else {
-        experts_backward<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params), g, st.experts,
-                            st.x_perm.data<T>(), st.dy_perm.data<T>(), st.dx_perm.get<T>(sz(rows * c.hidden)));
+        experts_backward_inputs<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params), st.experts,
+                                   st.dy_perm.data<T>(), st.dx_perm.get<T>(at_least_one(rows * c.hidden)),
+                                   st.da_experts);
       }
       if (c.shared_ffn > 0) {
-        ExpertGrads<T> sg;
-        sg.fc1.push_back(grad_or_null<T>(args.param_grads, shared_index_));
-        sg.fc2.push_back(grad_or_null<T>(args.param_grads, shared_index_ + 1));
-        experts_backward<T>(shared_shape(), {0, n}, shared_weights<T>(args.params), sg, st.shared, st.u.data<T>(),
-                            data<T>(args.grad_outputs[0]), st.du_shared.get<T>(sz(n * c.hidden)));
+        // Its output gradient is the layer's, which the host may change once backward returns.
+        const T* dy = data<T>(args.grad_outputs[0]);
+        std::copy(dy, dy + n * c.hidden, st.dy_shared.get<T>(sz(n * c.hidden)));
+        experts_backward_inputs<T>(shared_shape(), {0, n}, shared_weights<T>(args.params), st.shared,
+                                   st.dy_shared.data<T>(), st.du_shared.get<T>(sz(n * c.hidden)), st.da_shared);
       }
+      if (!st.skip_weights) experts_weights<T>(st, args.param_grads);
       return;
     }
     // Route: du = (the experts' input gradient, un-permuted) + dlogits Wr; dWr += dlogits^T u;
     // then the pre-norm.
     wait_exchange(host, st.pending);
-    k::Buffer du_buf, dlogits_buf;
-    T* du = du_buf.get<T>(sz(n * c.hidden));
+    T* du = st.du.get<T>(sz(n * c.hidden));
     permute_backward<T>(st.perm, c.hidden, st.dx_perm.data<T>(), du);
     if (c.shared_ffn > 0) {
       const T* shared = st.du_shared.data<T>();
       for (int64_t i = 0; i < n * c.hidden; ++i) du[i] += shared[i];
     }
-    T* dlogits = dlogits_buf.get<T>(sz(n * c.experts));
+    T* dlogits = st.dlogits.get<T>(sz(n * c.experts));
     router_backward<T>(c, st.router, st.dprobs.data<T>(), plx_backward_loss_scale(&args), dlogits);
     const T* w_router = data<T>(args.params[router_index_]);
-    if (T* dw_router = grad_or_null<T>(args.param_grads, router_index_))
-      k::gemm_parallel<T>(k::Trans::T, k::Trans::N, c.experts, c.hidden, n, T(1), dlogits, c.experts,
-                          st.u.data<T>(), c.hidden, T(1), dw_router, c.hidden);
     k::gemm_parallel<T>(k::Trans::N, k::Trans::N, n, c.hidden, c.experts, T(1), dlogits, c.experts, w_router,
                         c.hidden, T(1), du, c.hidden);
     T* dx = nullptr;
@@ -574,13 +611,64 @@ class MoeLayer final : public plexus::sdk::Layer {
       expect_tensor(args.grad_inputs[0], dt, {batch, seq, c.hidden}, "grad input 0");
       dx = data<T>(args.grad_inputs[0]);
     }
-    T* dw_norm = grad_or_null<T>(args.param_grads, 0);
-    const T* w_norm = data<T>(args.params[0]);
-    if (c.rms_prenorm)
-      k::rmsnorm_backward<T>(n, c.hidden, du, st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx, dw_norm);
+    // The pre-norm's input gradient now, its weight gradients with the others: the kernel sums
+    // the same partial products whether or not it also writes dx.
+    if (dx != nullptr) norm_backward<T>(st, data<T>(args.params[0]), dx, nullptr, nullptr);
+    if (!st.skip_weights) route_weights<T>(st, args.param_grads);
+  }
+
+  template <class T>
+  void run_backward_weights(MoeState& st, const plx_backward_args& args) const {
+    expect_params(args.params, args.param_grads, dtype_of(precision_v<T>));
+    experts_weights<T>(st, args.param_grads);
+    route_weights<T>(st, args.param_grads);
+  }
+
+  // The experts' and shared experts' weight gradients, from what their backward kept.
+  template <class T>
+  void experts_weights(const MoeState& st, const DLTensor* grads) const {
+    ExpertGrads<T> g;
+    for (int64_t e = 0; e < ep_.local_experts; ++e) {
+      g.fc1.push_back(grad_or_null<T>(grads, experts_index_ + 2 * sz(e)));
+      g.fc2.push_back(grad_or_null<T>(grads, experts_index_ + 2 * sz(e) + 1));
+    }
+    if (ep_.parallel())
+      experts_backward_weights<T>(expert_shape(), st.layout.expert_offsets, g, st.experts, st.x_local.data<T>(),
+                                  st.dy_local.data<T>(), st.da_experts);
     else
-      k::layernorm_backward<T>(n, c.hidden, du, st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx, dw_norm,
-                               grad_or_null<T>(args.param_grads, 1));
+      experts_backward_weights<T>(expert_shape(), st.perm.offsets, g, st.experts, st.x_perm.data<T>(),
+                                  st.dy_perm.data<T>(), st.da_experts);
+    if (config_.shared_ffn > 0) {
+      ExpertGrads<T> sg;
+      sg.fc1.push_back(grad_or_null<T>(grads, shared_index_));
+      sg.fc2.push_back(grad_or_null<T>(grads, shared_index_ + 1));
+      experts_backward_weights<T>(shared_shape(), {0, st.batch * st.seq}, sg, st.shared, st.u.data<T>(),
+                                  st.dy_shared.data<T>(), st.da_shared);
+    }
+  }
+
+  // The router's (dWr += dlogits^T u) and the pre-norm's weight gradients.
+  template <class T>
+  void route_weights(const MoeState& st, const DLTensor* grads) const {
+    const MoeConfig& c = config_;
+    const int64_t n = st.batch * st.seq;
+    if (T* dw_router = grad_or_null<T>(grads, router_index_))
+      k::gemm_parallel<T>(k::Trans::T, k::Trans::N, c.experts, c.hidden, n, T(1), st.dlogits.data<T>(), c.experts,
+                          st.u.data<T>(), c.hidden, T(1), dw_router, c.hidden);
+    T* dw = grad_or_null<T>(grads, 0);
+    T* db = c.rms_prenorm ? nullptr : grad_or_null<T>(grads, 1);
+    if (dw != nullptr || db != nullptr) norm_backward<T>(st, nullptr, nullptr, dw, db);
+  }
+
+  template <class T>
+  void norm_backward(const MoeState& st, const T* w_norm, T* dx, T* dw, T* db) const {
+    const MoeConfig& c = config_;
+    const int64_t n = st.batch * st.seq;
+    if (c.rms_prenorm)
+      k::rmsnorm_backward<T>(n, c.hidden, st.du.data<T>(), st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx, dw);
+    else
+      k::layernorm_backward<T>(n, c.hidden, st.du.data<T>(), st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx, dw,
+                               db);
   }
 
   // The parameters and their gradients as the CUDA path takes them (float32, on the device).

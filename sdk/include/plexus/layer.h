@@ -178,8 +178,14 @@ typedef struct plx_layer_v1 {
   void (*state_destroy)(void* layer, void* state);
   plx_status (*forward)(void* layer, void* state, uint32_t stage, const plx_forward_args* args);
   plx_status (*backward)(void* layer, void* state, uint32_t stage, const plx_backward_args* args);
-  /* Optional: weight gradients split from input gradients (called after every backward stage
-   * ran with PLX_BACKWARD_SKIP_WEIGHT_GRADS), so a scheduler can delay them to fill gaps. */
+  /* Optional: weight gradients split from input gradients, so a scheduler can delay them to
+   * fill gaps. Called once per microbatch after every backward stage ran with
+   * PLX_BACKWARD_SKIP_WEIGHT_GRADS (and never when they ran without it), before the state is
+   * destroyed; another microbatch's stages may run in between. The args carry the microbatch,
+   * params, param_grads (accumulated into, as in backward) and loss_scale; grad_outputs and
+   * grad_inputs are NULL with counts 0: the layer keeps in its state what backward computed for
+   * them. The sums must be those backward computes without the flag, in the same order, so that
+   * splitting changes no bit of the gradients. */
   plx_status (*backward_weights)(void* layer, void* state, const plx_backward_args* args);
 
   /* ---- ABI 1.1 ---- */

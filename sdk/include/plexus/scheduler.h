@@ -33,10 +33,24 @@ typedef struct plx_schedule_env {
                         plx_stream stream);
   plx_status (*backward)(void* ctx, uint32_t microbatch, uint32_t unit, uint32_t stage,
                          plx_stream stream);
-  /* Weight gradients of a unit whose backward ran with them split off (may be NULL when the
-   * engine does not split them: then backward computes both). */
+  /* Weight gradients of a unit whose backward ran with them split off (NULL from a host before
+   * 1.5, which never splits them). Allowed once the unit's backward of that microbatch is
+   * complete (its stage 0 ran); a unit whose backward computed its weight gradients itself (no
+   * split requested, or none of its layers implements backward_weights) takes the call as a
+   * no-op, so a scheduler need not know which units split. */
   plx_status (*backward_weights)(void* ctx, uint32_t microbatch, uint32_t unit,
                                  plx_stream stream);
+
+  /* ---- ABI 1.5 ---- */
+  /* Optional (NULL from an older host): the scheduler declares that it will call
+   * backward_weights. Called in run_step before the step's first backward call; from then on the
+   * backward of a unit leaves out the weight gradients of its layers that implement
+   * backward_weights (PLX_BACKWARD_SKIP_WEIGHT_GRADS), and the scheduler must call
+   * backward_weights(mb, unit) for every microbatch and unit before run_step returns: the engine
+   * keeps the microbatch's layer state and the unit's gradient buffers until then, and reports a
+   * missing call as an error naming the unit and microbatch. A scheduler that never calls it
+   * gets weight gradients computed with the input gradients, as before 1.5. */
+  plx_status (*split_weight_gradients)(void* ctx);
 } plx_schedule_env;
 
 typedef struct plx_scheduler_v1 {
@@ -50,7 +64,10 @@ typedef struct plx_scheduler_v1 {
 
 PLX_PIN_OFFSET(plx_schedule_env, ctx, 16);
 PLX_PIN_OFFSET(plx_schedule_env, forward, 56);
-PLX_PIN_SIZE(plx_schedule_env, 80);
+PLX_PIN_OFFSET(plx_schedule_env, backward_weights, 72);
+/* ABI 1.5 */
+PLX_PIN_OFFSET(plx_schedule_env, split_weight_gradients, 80);
+PLX_PIN_SIZE(plx_schedule_env, 88);
 PLX_PIN_SIZE(plx_scheduler_v1, 32);
 
 #ifdef __cplusplus

@@ -62,6 +62,10 @@ class LayerInstance {
   std::unique_ptr<State> create_state(uint32_t microbatch) const;
   void forward(State& state, uint32_t stage, const plx_forward_args& args) const;
   void backward(State& state, uint32_t stage, const plx_backward_args& args) const;
+  // Whether the layer computes weight gradients apart from backward (it may then be called with
+  // PLX_BACKWARD_SKIP_WEIGHT_GRADS, and backward_weights afterwards).
+  bool has_backward_weights() const noexcept { return table_->backward_weights != nullptr; }
+  void backward_weights(State& state, const plx_backward_args& args) const;
   const Component& component() const noexcept { return *component_; }
 
  private:

@@ -49,6 +49,11 @@ class Layer {
   }
   virtual void forward(LayerState& state, uint32_t stage, const plx_forward_args& args) = 0;
   virtual void backward(LayerState& state, uint32_t stage, const plx_backward_args& args) = 0;
+  // Weight gradients split from backward (plx_layer_v1.backward_weights): called once per
+  // microbatch after its backward stages ran with PLX_BACKWARD_SKIP_WEIGHT_GRADS. A layer that
+  // does not override it has no backward_weights in its table, and the host never sets the flag
+  // for it.
+  virtual void backward_weights(LayerState& /*state*/, const plx_backward_args& /*args*/) {}
   // ABI 1.1: FLOPs of one forward and one backward, for utilization reports. Layers that do not
   // override it report "unknown" (PLX_ERR_UNSUPPORTED), which the host treats as such.
   virtual void estimate_flops(uint32_t /*num_inputs*/, const plx_tensor_desc* /*inputs*/,
@@ -100,6 +105,12 @@ struct LayerTrampolines {
   static plx_status backward(void* layer, void* state, uint32_t stage, const plx_backward_args* args) noexcept {
     return guard("backward", [&] { self(layer).backward(*static_cast<LayerState*>(state), stage, *args); });
   }
+  static plx_status backward_weights(void* layer, void* state, const plx_backward_args* args) noexcept {
+    return guard("backward_weights", [&] {
+      if (args == nullptr) throw Error(PLX_ERR_INVALID_ARGUMENT, "null argument");
+      self(layer).backward_weights(*static_cast<LayerState*>(state), *args);
+    });
+  }
   static plx_status estimate_flops(void* layer, uint32_t ni, const plx_tensor_desc* in, double* fwd,
                                    double* bwd) noexcept {
     try {
@@ -123,9 +134,13 @@ struct LayerTrampolines {
   // need the call (a pointer to a member that T only inherits has Layer as its class).
   static constexpr bool kHasAfterStep =
       !std::is_same_v<decltype(&T::after_step), void (Layer::*)(const plx_step_args&)>;
+  // Likewise backward_weights: the host splits weight gradients only for a layer that has it.
+  static constexpr bool kHasBackwardWeights =
+      !std::is_same_v<decltype(&T::backward_weights), void (Layer::*)(LayerState&, const plx_backward_args&)>;
   static inline const plx_layer_v1 table = {
       sizeof(plx_layer_v1), 0,         &create,       &destroy,  &get_info, &get_param, &get_stage,
-      &output_desc,         &init_param, &state_create, &state_destroy, &forward,  &backward,  nullptr,
+      &output_desc,         &init_param, &state_create, &state_destroy, &forward,  &backward,
+      kHasBackwardWeights ? &backward_weights : nullptr,
       &estimate_flops,      kHasAfterStep ? &after_step : nullptr};
 };
 }  // namespace detail

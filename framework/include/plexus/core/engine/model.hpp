@@ -158,6 +158,11 @@ class Model {
                   uint32_t layer_index, const std::string& connection_prefix);
   void forward_stage(Run& run, uint32_t unit, uint32_t stage);
   void backward_stage(Run& run, uint32_t unit, uint32_t stage);
+  // The weight gradients of a unit whose backward left them out (split_weights_), and what the
+  // engine does once a unit is through both (model_run.cpp).
+  void backward_weights(Run& run, uint32_t unit);
+  void finish_unit_backward(Run& run, uint32_t unit);
+  void check_weight_gradients_done(const Run& run) const;
   void refresh_views(Unit& unit);
   std::unique_ptr<Run> start_run(const Batch& batch, bool training, uint32_t microbatch, double loss_scale);
   void run_forward(Run& run);
@@ -182,6 +187,9 @@ class Model {
   std::vector<std::string> final_norm_aliases_;  // other checkpoint prefixes of the final norm
   std::unique_ptr<ConfigHandle> model_config_;
   std::vector<std::unique_ptr<Run>> runs_;  // microbatches of the current step
+  // This step's scheduler asked for weight gradients apart (plx_schedule_env.split_weight_gradients):
+  // the backward of a layer with backward_weights leaves them out until the scheduler's call.
+  bool split_weights_ = false;
   StepProfile* profile_ = nullptr;
   // Under a data-parallel strategy: the FSDP unit of each physical unit, and whether it is the
   // first or last physical unit of it (where its values are acquired and released).
