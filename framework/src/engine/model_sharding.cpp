@@ -44,8 +44,9 @@ void Model::shard_parameters(const Component& strategy, plx_config options, int6
   for (int64_t l = 0; l < decoder_layers; l += layers_per_unit) {
     const std::size_t first = logical_units_[1 + static_cast<std::size_t>(l)].first;
     const Unit& unit = *units_[first];
+    // "decoder.layers.4", or "decoder.layers.4-5" for a unit of two logical layers.
     std::string name = "decoder.layers." + std::to_string(unit.logical);
-    if (layers_per_unit > 1) name += "-" + std::to_string(unit.logical + layers_per_unit - 1);
+    if (layers_per_unit > 1) name.append(1, '-').append(std::to_string(unit.logical + layers_per_unit - 1));
     add_unit(name, 1 + static_cast<std::size_t>(l), static_cast<std::size_t>(layers_per_unit));
   }
   add_unit("output layers", logical_units_.size() - 2, 2);
