@@ -9,13 +9,16 @@ fastest forward + backward.
 
   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/torch_mamba.py [--batch 4] [--seq 1024]
       [--d-model 256] [--expand 2] [--head-dim 64] [--state-dim 128] [--groups 8] [--chunk 128]
-      [--threads 2] [--iters 10]
+      [--threads 2] [--iters 10] [--pool torch|openblas]
+  OPENBLAS_NUM_THREADS=2 /usr/bin/python3 bench/torch_mamba.py --threads 2 --pool openblas
 
 Subnormal floats are flushed to zero (torch.set_flush_denormal), as plexus-train and bench_mamba
-do. Threads: torch.set_num_threads(--threads) runs PyTorch's own pool; OPENBLAS_NUM_THREADS=1 keeps
-the OpenBLAS that Debian's PyTorch calls for matrix products from starting a second pool on the
-same cores (the script refuses to run without it: the numbers would measure the two pools
-fighting, not PyTorch).
+do. Threads: one pool of --threads threads (bench/torch_timing.py). --pool torch (default): PyTorch's
+own, with OPENBLAS_NUM_THREADS=1 so that the OpenBLAS Debian's PyTorch calls for matrix products
+starts no second pool on the same cores. --pool openblas: OpenBLAS's, OPENBLAS_NUM_THREADS equal
+to --threads and PyTorch's pool one thread; Debian's PyTorch parallelizes a matrix product only
+through OpenBLAS, so for work made of products this is its faster configuration. The script
+refuses a mismatched OPENBLAS_NUM_THREADS. Measure both and compare against the faster.
 """
 import argparse
 import math
@@ -27,7 +30,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
 import mamba2_reference as ref  # noqa: E402
-from torch_timing import median, prepare_threads, time_forward_backward  # noqa: E402
+from torch_timing import add_pool_argument, median, prepare_threads, time_forward_backward  # noqa: E402
 
 
 def causal_conv_silu(xbc, weight, bias):
@@ -66,10 +69,11 @@ def main():
     for k, v in dict(batch=4, seq=1024, d_model=256, expand=2, head_dim=64, state_dim=128, groups=8,
                      conv=4, chunk=128, threads=2, iters=10).items():
         ap.add_argument("--" + k.replace("_", "-"), type=int, default=v)
+    add_pool_argument(ap)
     a = ap.parse_args()
     # Subnormal floats count as zero, as in plexus-train (run.flush_denormals): the decays of the
     # chunked scan underflow, and arithmetic on subnormals costs a hundred cycles on either side.
-    prepare_threads("torch_mamba.py", a.threads)
+    prepare_threads("torch_mamba.py", a.threads, a.pool)
     d_inner = a.expand * a.d_model
     heads = d_inner // a.head_dim
     conv_dim = d_inner + 2 * a.groups * a.state_dim
@@ -105,7 +109,7 @@ def main():
     fwd, bwd = time_forward_backward(lambda: mamba_layer(x, params, case), list(params.values()) + [x], dy, a.iters)
     fm, bm = median(fwd), median(bwd)
     best = min(f + b for f, b in zip(fwd, bwd))
-    print(f"PyTorch {torch.__version__} eager, {a.threads} threads, B={a.batch} L={a.seq} d_model={a.d_model} "
+    print(f"PyTorch {torch.__version__} eager, {a.threads} threads ({a.pool}'s pool), B={a.batch} L={a.seq} d_model={a.d_model} "
           f"d_inner={d_inner} H={heads} P={a.head_dim} N={a.state_dim} G={a.groups} W={a.conv} Q={a.chunk} f32")
     print(f"torch mamba fwd {fm:8.2f} ms  bwd {bm:8.2f} ms  fwd+bwd median {fm + bm:8.2f} ms  min {best:8.2f} ms")
 

@@ -14,12 +14,15 @@ Checked against tests/reference/moe_reference.py (the layer's contract) before t
 
   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/torch_moe.py [--batch 4] [--seq 1024]
       [--hidden 256] [--ffn 1024] [--experts 8] [--topk 2] [--activation gelu|swiglu]
-      [--threads 2] [--iters 10]
+      [--threads 2] [--iters 10] [--pool torch|openblas]
+  OPENBLAS_NUM_THREADS=2 /usr/bin/python3 bench/torch_moe.py --threads 2 --pool openblas
 
-Threads: torch.set_num_threads(--threads) runs PyTorch's own pool; OPENBLAS_NUM_THREADS=1 keeps
-the OpenBLAS that Debian's PyTorch calls for matrix products from starting a second pool on the
-same cores (the script refuses to run without it). Subnormal floats are flushed to zero
-(torch.set_flush_denormal), as plexus-train and bench_moe do.
+Threads: one pool of --threads threads (bench/torch_timing.py). --pool torch (default): PyTorch's
+own, with OPENBLAS_NUM_THREADS=1 so that the OpenBLAS Debian's PyTorch calls for matrix products
+starts no second pool on the same cores. --pool openblas: OpenBLAS's, OPENBLAS_NUM_THREADS equal
+to --threads and PyTorch's pool one thread; Debian's PyTorch parallelizes a matrix product only
+through OpenBLAS, so for work made of products this is its faster configuration. The script
+refuses a mismatched OPENBLAS_NUM_THREADS. Measure both and compare against the faster.
 """
 import argparse
 import os
@@ -30,7 +33,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
 import moe_reference as ref  # noqa: E402
-from torch_timing import median, prepare_threads, time_forward_backward  # noqa: E402
+from torch_timing import add_pool_argument, median, prepare_threads, time_forward_backward  # noqa: E402
 
 
 def moe_layer(h, p, case):
@@ -70,8 +73,9 @@ def main():
     for key, v in dict(batch=4, seq=1024, hidden=256, ffn=1024, experts=8, topk=2, threads=2, iters=10).items():
         ap.add_argument("--" + key.replace("_", "-"), type=int, default=v)
     ap.add_argument("--activation", choices=["gelu", "swiglu"], default="gelu")
+    add_pool_argument(ap)
     a = ap.parse_args()
-    prepare_threads("torch_moe.py", a.threads)
+    prepare_threads("torch_moe.py", a.threads, a.pool)
     case = dict(experts=a.experts, topk=a.topk, normalization="RMSNorm", layernorm_epsilon=1e-5,
                 activation=a.activation, score="softmax", pre_softmax=False, aux_loss_coeff=0.0,
                 z_loss_coeff=0.0, capacity_factor=0, drop_policy="probs", shared=False, num_groups=0,
@@ -100,7 +104,7 @@ def main():
     fwd, bwd = time_forward_backward(lambda: moe_layer(x, params, case), list(params.values()) + [x], dy, a.iters)
     total = sorted(f + b for f, b in zip(fwd, bwd))
     fm, bm = median(fwd), median(bwd)
-    print(f"PyTorch {torch.__version__} eager, {a.threads} threads, T={a.batch * a.seq} (B={a.batch} L={a.seq}) "
+    print(f"PyTorch {torch.__version__} eager, {a.threads} threads ({a.pool}'s pool), T={a.batch * a.seq} (B={a.batch} L={a.seq}) "
           f"C={a.hidden} F={a.ffn} E={a.experts} k={a.topk} {a.activation} f32")
     print(f"torch moe fwd {fm:8.2f} ms  bwd {bm:8.2f} ms  fwd+bwd median {total[len(total) // 2]:8.2f} ms  "
           f"min {total[0]:8.2f} ms")

@@ -11,14 +11,27 @@ import time
 import torch
 
 
-def prepare_threads(script, threads):
-    """One thread pool of `threads` threads, PyTorch's own: the OpenBLAS that Debian's PyTorch
-    calls for matrix products must not start a second on the same cores, so `script` refuses to
-    run without OPENBLAS_NUM_THREADS=1. Subnormal floats count as zero, as in plexus-train
-    (run.flush_denormals) and the C++ benchmarks; seed 0."""
-    if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
-        sys.exit(f"{script}: set OPENBLAS_NUM_THREADS=1 (one thread pool: PyTorch's own)")
-    torch.set_num_threads(threads)
+def add_pool_argument(parser):
+    """--pool: which thread pool runs the work (prepare_threads)."""
+    parser.add_argument("--pool", choices=["torch", "openblas"], default="torch",
+                        help="torch: PyTorch's pool of --threads threads, OpenBLAS single-threaded "
+                             "(OPENBLAS_NUM_THREADS=1); openblas: OpenBLAS's pool of --threads threads for the "
+                             "matrix products (OPENBLAS_NUM_THREADS=--threads), PyTorch's own single-threaded. "
+                             "Debian's PyTorch multiplies matrices through OpenBLAS, so for work made of matrix "
+                             "products the second is its faster configuration: measure both, report the faster.")
+
+
+def prepare_threads(script, threads, pool="torch"):
+    """One thread pool of `threads` threads: PyTorch's own (pool "torch"; the OpenBLAS that
+    Debian's PyTorch calls for matrix products must not start a second on the same cores, so
+    `script` refuses to run without OPENBLAS_NUM_THREADS=1), or OpenBLAS's (pool "openblas":
+    OPENBLAS_NUM_THREADS must equal `threads`, and PyTorch's pool is one thread). Subnormal floats
+    count as zero, as in plexus-train (run.flush_denormals) and the C++ benchmarks; seed 0."""
+    blas = "1" if pool == "torch" else str(threads)
+    if os.environ.get("OPENBLAS_NUM_THREADS") != blas:
+        sys.exit(f"{script}: set OPENBLAS_NUM_THREADS={blas} (one thread pool: "
+                 f"{'PyTorch' if pool == 'torch' else 'OpenBLAS'}'s own)")
+    torch.set_num_threads(threads if pool == "torch" else 1)
     torch.set_flush_denormal(True)
     torch.manual_seed(0)
 
