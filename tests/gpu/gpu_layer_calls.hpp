@@ -1,7 +1,8 @@
-// Shared by the GPU tests of layer plugins (test_transformer_cuda.cpp, test_mamba_cuda.cpp): host
-// tensors of the unit tests' support header (tt::Tensor) uploaded as plexus::Tensors, one run of a
-// layer over device tensors on any stream (DeviceRun), values read back, and the elementwise
-// comparison relative to a tensor's largest value.
+// Shared by the GPU tests of layer plugins (test_transformer_cuda.cpp, test_mamba_cuda.cpp,
+// test_moe_cuda.cpp): host tensors of the unit tests' support header (tt::Tensor) uploaded as
+// plexus::Tensors, one run of a layer over device tensors on any stream, stage by stage where it
+// has several (DeviceRun), values read back, and the elementwise comparison relative to a
+// tensor's largest value.
 #pragma once
 
 #include <boost/test/unit_test.hpp>
@@ -97,48 +98,64 @@ struct DeviceRun {
   DeviceRun(const plexus::LayerInstance& l, std::vector<plexus::Tensor> in, std::vector<plexus::Tensor> p)
       : layer(l), inputs(std::move(in)), params(std::move(p)) {}
 
+  // Stage 0 (the one stage of the transformer's and mamba's layers): allocates the outputs and a
+  // fresh state, then runs it.
   std::vector<plexus::Tensor>& forward(bool training = true) {
-    std::vector<plx_tensor_desc> descs;
-    for (const plexus::Tensor& t : inputs) descs.push_back(desc_of(t));
-    outputs.clear();
-    for (const plx_tensor_desc& d : layer.output_desc(descs)) {
-      const std::size_t i = outputs.size();
-      outputs.emplace_back(std::vector<int64_t>(d.dims, d.dims + d.ndim),
-                           i < output_dtypes.size() ? output_dtypes[i] : d.dtype, kGpu);
-    }
-    state = layer.create_state(0);
-    std::vector<DLTensor> in = views(inputs), out = views(outputs), par = views(params);
-    plx_forward_args args{};
-    args.struct_size = sizeof(args);
-    args.flags = training ? PLX_FORWARD_TRAINING : 0u;
-    args.num_inputs = static_cast<uint32_t>(in.size());
-    args.inputs = in.data();
-    args.num_outputs = static_cast<uint32_t>(out.size());
-    args.outputs = out.data();
-    args.num_params = static_cast<uint32_t>(par.size());
-    args.params = par.data();
-    args.compute_stream = stream;
-    layer.forward(*state, 0, args);
+    forward_stage(0, training);
     return outputs;
+  }
+
+  // One forward stage, for a layer of several (moe.layer): stage 0 allocates the outputs and a
+  // fresh state; the others run on that state, in order.
+  void forward_stage(uint32_t stage, bool training = true) {
+    if (stage == 0) {
+      std::vector<plx_tensor_desc> descs;
+      for (const plexus::Tensor& t : inputs) descs.push_back(desc_of(t));
+      outputs.clear();
+      for (const plx_tensor_desc& d : layer.output_desc(descs)) {
+        const std::size_t i = outputs.size();
+        outputs.emplace_back(std::vector<int64_t>(d.dims, d.dims + d.ndim),
+                             i < output_dtypes.size() ? output_dtypes[i] : d.dtype, kGpu);
+      }
+      state = layer.create_state(0);
+    }
+    std::vector<DLTensor> in = views(inputs), out = views(outputs), par = views(params);
+    plx_forward_args args = tt::forward_args(in, out, par, training ? PLX_FORWARD_TRAINING : 0u);
+    args.compute_stream = stream;
+    layer.forward(*state, stage, args);
+  }
+
+  // Every forward stage in order.
+  void forward_all_stages() {
+    for (uint32_t stage = 0; stage < layer.info().num_stages; ++stage) forward_stage(stage);
   }
 
   void backward(const std::vector<plexus::Tensor>& grad_outputs, const std::vector<bool>& absent_grad_outputs,
                 std::vector<plexus::Tensor>& grad_inputs, const std::vector<bool>& absent_grad_inputs,
                 std::vector<plexus::Tensor>& param_grads) {
+    backward_stage(0, grad_outputs, absent_grad_outputs, grad_inputs, absent_grad_inputs, param_grads);
+  }
+
+  // One backward stage on the state of the last forward (a layer of several runs them in reverse);
+  // loss_scale as tt::backward_args (0 reads as 1).
+  void backward_stage(uint32_t stage, const std::vector<plexus::Tensor>& grad_outputs,
+                      const std::vector<bool>& absent_grad_outputs, std::vector<plexus::Tensor>& grad_inputs,
+                      const std::vector<bool>& absent_grad_inputs, std::vector<plexus::Tensor>& param_grads,
+                      double loss_scale = 0.0) {
     std::vector<DLTensor> go = views(grad_outputs, absent_grad_outputs),
                           gi = views(grad_inputs, absent_grad_inputs), par = views(params),
                           pg = views(param_grads);
-    plx_backward_args args{};
-    args.struct_size = sizeof(args);
-    args.num_outputs = static_cast<uint32_t>(go.size());
-    args.grad_outputs = go.data();
-    args.num_inputs = static_cast<uint32_t>(gi.size());
-    args.grad_inputs = gi.data();
-    args.num_params = static_cast<uint32_t>(par.size());
-    args.params = par.data();
-    args.param_grads = pg.data();
+    plx_backward_args args = tt::backward_args(go, gi, par, pg, loss_scale);
     args.compute_stream = stream;
-    layer.backward(*state, 0, args);
+    layer.backward(*state, stage, args);
+  }
+
+  // Every backward stage in reverse, every gradient present.
+  void backward_all_stages(const std::vector<plexus::Tensor>& grad_outputs,
+                           std::vector<plexus::Tensor>& grad_inputs, std::vector<plexus::Tensor>& param_grads,
+                           double loss_scale = 0.0) {
+    for (uint32_t stage = layer.info().num_stages; stage-- > 0;)
+      backward_stage(stage, grad_outputs, {}, grad_inputs, {}, param_grads, loss_scale);
   }
 };
 

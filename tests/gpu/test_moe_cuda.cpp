@@ -32,7 +32,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -67,64 +66,6 @@ Config config(int64_t experts, int64_t topk, boost::json::object extra = {}) {
   return c;
 }
 
-// Every stage of the layer over device tensors: forward in order, backward in reverse.
-struct GpuRun {
-  const plexus::LayerInstance& layer;
-  std::vector<plexus::Tensor> inputs, params, outputs;
-  std::unique_ptr<plexus::LayerInstance::State> state;
-
-  void forward() {
-    for (uint32_t stage = 0; stage < layer.info().num_stages; ++stage) forward_stage(stage);
-  }
-
-  // One forward stage; stage 0 allocates the output and a fresh state.
-  void forward_stage(uint32_t stage) {
-    if (stage == 0) {
-      std::vector<plx_tensor_desc> descs;
-      for (const plexus::Tensor& t : inputs) descs.push_back(desc_of(t));
-      outputs.clear();
-      for (const plx_tensor_desc& d : layer.output_desc(descs))
-        outputs.emplace_back(std::vector<int64_t>(d.dims, d.dims + d.ndim), d.dtype, kGpu);
-      state = layer.create_state(0);
-    }
-    std::vector<DLTensor> in = views(inputs), out = views(outputs), par = views(params);
-    plx_forward_args args{};
-    args.struct_size = sizeof(args);
-    args.flags = PLX_FORWARD_TRAINING;
-    args.num_inputs = static_cast<uint32_t>(in.size());
-    args.inputs = in.data();
-    args.num_outputs = static_cast<uint32_t>(out.size());
-    args.outputs = out.data();
-    args.num_params = static_cast<uint32_t>(par.size());
-    args.params = par.data();
-    layer.forward(*state, stage, args);
-  }
-
-  void backward(const std::vector<plexus::Tensor>& grad_outputs, std::vector<plexus::Tensor>& grad_inputs,
-                std::vector<plexus::Tensor>& param_grads, double loss_scale) {
-    for (uint32_t stage = layer.info().num_stages; stage-- > 0;)
-      backward_stage(stage, grad_outputs, grad_inputs, param_grads, loss_scale);
-  }
-
-  void backward_stage(uint32_t stage, const std::vector<plexus::Tensor>& grad_outputs,
-                      std::vector<plexus::Tensor>& grad_inputs, std::vector<plexus::Tensor>& param_grads,
-                      double loss_scale) {
-    std::vector<DLTensor> go = views(grad_outputs), gi = views(grad_inputs), par = views(params),
-                          pg = views(param_grads);
-    plx_backward_args args{};
-    args.struct_size = sizeof(args);
-    args.num_outputs = static_cast<uint32_t>(go.size());
-    args.grad_outputs = go.data();
-    args.num_inputs = static_cast<uint32_t>(gi.size());
-    args.grad_inputs = gi.data();
-    args.num_params = static_cast<uint32_t>(par.size());
-    args.params = par.data();
-    args.param_grads = pg.data();
-    args.loss_scale = loss_scale;
-    layer.backward(*state, stage, args);
-  }
-};
-
 struct Result {
   std::vector<double> out, dx;
   std::vector<std::vector<double>> grads;
@@ -143,12 +84,12 @@ Result run_cpu(const plexus::LayerInstance& layer, const std::vector<Tensor>& pa
 
 Result run_gpu(const plexus::LayerInstance& layer, const std::vector<Tensor>& params, const Tensor& x,
                const Tensor& dy, const std::vector<Tensor>& before) {
-  GpuRun run{layer, tensors(upload(x)), upload_all(params), {}, nullptr};
-  run.forward();
+  DeviceRun run(layer, tensors(upload(x)), upload_all(params));
+  run.forward_all_stages();
   Tensor nan(x.shape, kF32);
   nan.fill(std::nan(""));
   std::vector<plexus::Tensor> go = tensors(upload(dy)), gi = tensors(upload(nan)), pg = upload_all(before);
-  run.backward(go, gi, pg, kLossScale);
+  run.backward_all_stages(go, gi, pg, kLossScale);
   Result r{download(run.outputs[0]), download(gi[0]), {}};
   for (const plexus::Tensor& g : pg) r.grads.push_back(download(g));
   return r;
@@ -299,8 +240,8 @@ BOOST_AUTO_TEST_CASE(after_step_moves_the_device_bias_as_on_the_cpu) {
   }
   const std::size_t bias = tt::param_index(*cpu, "mlp.router.expert_bias");
   const std::vector<double> start = params[bias].values();
-  GpuRun run{*gpu, tensors(upload(x)), upload_all(params), {}, nullptr};
-  run.forward();
+  DeviceRun run(*gpu, tensors(upload(x)), upload_all(params));
+  run.forward_all_stages();
   std::vector<DLTensor> device_views = views(run.params);
   gpu->after_step(0, device_views);
   tt::Run host(*cpu, {x}, params, kF32);
@@ -330,8 +271,8 @@ BOOST_AUTO_TEST_CASE(interleaved_microbatches_keep_their_own_state) {
   for (const Tensor& p : params) zero.emplace_back(p.shape, kF32);
   const Result alone_a = run_gpu(*gpu, params, xa, dya, zero), alone_b = run_gpu(*gpu, params, xb, dyb, zero);
 
-  GpuRun a{*gpu, tensors(upload(xa)), upload_all(params), {}, nullptr};
-  GpuRun b{*gpu, tensors(upload(xb)), upload_all(params), {}, nullptr};
+  DeviceRun a(*gpu, tensors(upload(xa)), upload_all(params));
+  DeviceRun b(*gpu, tensors(upload(xb)), upload_all(params));
   const uint32_t stages = gpu->info().num_stages;
   for (uint32_t stage = 0; stage < stages; ++stage) {
     a.forward_stage(stage);
@@ -342,8 +283,8 @@ BOOST_AUTO_TEST_CASE(interleaved_microbatches_keep_their_own_state) {
   std::vector<plexus::Tensor> gob = tensors(upload(dyb)), gib = tensors(upload(Tensor(xb.shape, kF32))),
                               pgb = upload_all(zero);
   for (uint32_t stage = stages; stage-- > 0;) {
-    b.backward_stage(stage, gob, gib, pgb, kLossScale);
-    a.backward_stage(stage, goa, gia, pga, kLossScale);
+    b.backward_stage(stage, gob, {}, gib, {}, pgb, kLossScale);
+    a.backward_stage(stage, goa, {}, gia, {}, pga, kLossScale);
   }
   expect_close(download(a.outputs[0]), alone_a.out, 0, "microbatch a: output");
   expect_close(download(b.outputs[0]), alone_b.out, 0, "microbatch b: output");

@@ -41,21 +41,8 @@ std::vector<Case> cases() {
   return out;
 }
 
-plx_backward_args backward_args(std::vector<DLTensor>& go, std::vector<DLTensor>& gi, std::vector<DLTensor>& par,
-                                std::vector<DLTensor>& pg, uint32_t flags) {
-  plx_backward_args args{};
-  args.struct_size = sizeof(args);
-  args.flags = flags;
-  args.num_outputs = static_cast<uint32_t>(go.size());
-  args.grad_outputs = go.data();
-  args.num_inputs = static_cast<uint32_t>(gi.size());
-  args.grad_inputs = gi.data();
-  args.num_params = static_cast<uint32_t>(par.size());
-  args.params = par.data();
-  args.param_grads = pg.data();
-  args.loss_scale = 0.25;
-  return args;
-}
+// The backward calls' loss scale: not 1, so both paths must apply it.
+constexpr double kLossScale = 0.25;
 
 // Gradients that already hold something, as a second microbatch's accumulation finds them.
 std::vector<Tensor> starting_grads(const std::vector<Tensor>& params, DLDataType dtype) {
@@ -81,7 +68,7 @@ Result backward(const moe_test::Layer& layer, moe_test::Run& run, const Tensor& 
   std::vector<Tensor> pg = starting_grads(params, dtype);
   std::vector<DLTensor> gov = tt::views(go), giv = tt::views(gi), pv = tt::views(run.params), pgv = tt::views(pg);
   const plx_backward_args args =
-      backward_args(gov, giv, pv, pgv, split ? PLX_BACKWARD_SKIP_WEIGHT_GRADS : 0u);
+      tt::backward_args(gov, giv, pv, pgv, kLossScale, split ? PLX_BACKWARD_SKIP_WEIGHT_GRADS : 0u);
   for (uint32_t stage = layer->info().num_stages; stage-- > 0;) layer->backward(*run.state, stage, args);
   if (split) {
     for (std::size_t k = 0; k < static_cast<std::size_t>(go[0].numel()); ++k) go[0].set(k, 1e6);
@@ -153,8 +140,9 @@ BOOST_AUTO_TEST_CASE(backward_weights_out_of_contract_is_refused) {
   run.forward(true);
   std::vector<Tensor> go = {dy}, gi = {Tensor(dy.shape, plx_dtype_f64())}, pg = starting_grads(params, plx_dtype_f64());
   std::vector<DLTensor> gov = tt::views(go), giv = tt::views(gi), pv = tt::views(run.params), pgv = tt::views(pg);
-  const plx_backward_args plain = backward_args(gov, giv, pv, pgv, 0);
-  const plx_backward_args skip = backward_args(gov, giv, pv, pgv, PLX_BACKWARD_SKIP_WEIGHT_GRADS);
+  const plx_backward_args plain = tt::backward_args(gov, giv, pv, pgv, kLossScale);
+  const plx_backward_args skip =
+      tt::backward_args(gov, giv, pv, pgv, kLossScale, PLX_BACKWARD_SKIP_WEIGHT_GRADS);
   const uint32_t last = layer->info().num_stages - 1;
 
   layer->backward(*run.state, last, skip);

@@ -224,6 +224,42 @@ inline std::vector<plx_tensor_desc> descs(const std::vector<Tensor>& ts) {
   return out;
 }
 
+// The arguments of one forward call over these views (host or device tensors alike); `flags`:
+// PLX_FORWARD_TRAINING or 0. The views must outlive the call.
+inline plx_forward_args forward_args(std::vector<DLTensor>& in, std::vector<DLTensor>& out,
+                                     std::vector<DLTensor>& par, uint32_t flags) {
+  plx_forward_args args{};
+  args.struct_size = sizeof(args);
+  args.flags = flags;
+  args.num_inputs = static_cast<uint32_t>(in.size());
+  args.inputs = in.data();
+  args.num_outputs = static_cast<uint32_t>(out.size());
+  args.outputs = out.data();
+  args.num_params = static_cast<uint32_t>(par.size());
+  args.params = par.data();
+  return args;
+}
+
+// The arguments of one backward call over these views; loss_scale is the call's
+// d objective / d this microbatch's loss (ABI 1.4; 0 reads as 1), `flags` e.g.
+// PLX_BACKWARD_SKIP_WEIGHT_GRADS. The views must outlive the call.
+inline plx_backward_args backward_args(std::vector<DLTensor>& go, std::vector<DLTensor>& gi,
+                                       std::vector<DLTensor>& par, std::vector<DLTensor>& pg,
+                                       double loss_scale = 0.0, uint32_t flags = 0) {
+  plx_backward_args args{};
+  args.struct_size = sizeof(args);
+  args.flags = flags;
+  args.num_outputs = static_cast<uint32_t>(go.size());
+  args.grad_outputs = go.data();
+  args.num_inputs = static_cast<uint32_t>(gi.size());
+  args.grad_inputs = gi.data();
+  args.num_params = static_cast<uint32_t>(par.size());
+  args.params = par.data();
+  args.param_grads = pg.data();
+  args.loss_scale = loss_scale;
+  return args;
+}
+
 // Tensors for every parameter of a layer, with its spec's shape, in `dtype`, filled with
 // normal(0, 1) * scale from `rng` (not the host's initialization: gradient checks want
 // non-trivial values everywhere, e.g. norm weights far from 1).
@@ -268,15 +304,7 @@ struct Run {
       outputs.push_back(Tensor::like_desc(d, float_dtype));
     state = layer.create_state(0);
     std::vector<DLTensor> in = views(inputs), out = views(outputs), par = views(params);
-    plx_forward_args args{};
-    args.struct_size = sizeof(args);
-    args.flags = training ? PLX_FORWARD_TRAINING : 0u;
-    args.num_inputs = static_cast<uint32_t>(in.size());
-    args.inputs = in.data();
-    args.num_outputs = static_cast<uint32_t>(out.size());
-    args.outputs = out.data();
-    args.num_params = static_cast<uint32_t>(par.size());
-    args.params = par.data();
+    const plx_forward_args args = forward_args(in, out, par, training ? PLX_FORWARD_TRAINING : 0u);
     for (uint32_t stage = 0; stage < layer.info().num_stages; ++stage) layer.forward(*state, stage, args);
     return outputs;
   }
@@ -288,16 +316,7 @@ struct Run {
                 std::vector<Tensor>& param_grads, double loss_scale = 0.0) {
     std::vector<DLTensor> go = views(grad_outputs), gi = views(grad_inputs), par = views(params),
                           pg = views(param_grads);
-    plx_backward_args args{};
-    args.struct_size = sizeof(args);
-    args.num_outputs = static_cast<uint32_t>(go.size());
-    args.grad_outputs = go.data();
-    args.num_inputs = static_cast<uint32_t>(gi.size());
-    args.grad_inputs = gi.data();
-    args.num_params = static_cast<uint32_t>(par.size());
-    args.params = par.data();
-    args.param_grads = pg.data();
-    args.loss_scale = loss_scale;
+    const plx_backward_args args = backward_args(go, gi, par, pg, loss_scale);
     for (uint32_t stage = layer.info().num_stages; stage-- > 0;) layer.backward(*state, stage, args);
   }
 };

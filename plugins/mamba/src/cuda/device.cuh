@@ -1,6 +1,7 @@
-// For the layer's .cu files: the scalar functions of the CPU path (math.hpp) on the device, a
-// block reduction whose order depends only on the block size, launch sizes and the launch check.
-// Written to be read against the CPU code: no warp shuffles, no atomics.
+// For the layer's .cu files: the scalar functions of the CPU path (math.hpp) on the device, the
+// row launch sizes, and plexus_cuda_layer's block reduction, launch sizes and launch check
+// (plugins/common/cuda_layer). Written to be read against the CPU code: no warp shuffles, no
+// atomics.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,7 +11,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "plexus_cuda_kernels/error.hpp"
+#include "plexus_cuda_layer/device.cuh"
 
 namespace plexus::mamba::cuda {
 
@@ -44,48 +45,18 @@ __device__ __forceinline__ float softplus_grad(float v) {
   return v > 20.0f ? 1.0f : 1.0f / (1.0f + expf(-v));
 }
 
-// ---- reductions ----
+// ---- reductions and launch sizes (plexus_cuda_layer's) ----
 
-// The sum of one value per thread over a block of exactly kThreads threads (a power of 2), as a
-// tree in shared memory: the order of the additions depends on kThreads alone, so a result is
-// the same on every run. Every thread gets the sum. Every thread of the block must call it.
-template <int kThreads>
-__device__ float block_sum(float value) {
-  static_assert(kThreads >= 1 && kThreads <= 1024 && (kThreads & (kThreads - 1)) == 0,
-                "block_sum needs a power-of-2 block of at most 1024 threads");
-  __shared__ float partial[kThreads];
-  const unsigned t = threadIdx.x;
-  partial[t] = value;
-  __syncthreads();
-  for (unsigned half = kThreads / 2; half > 0; half /= 2) {
-    if (t < half) partial[t] += partial[t + half];
-    __syncthreads();
-  }
-  const float sum = partial[0];
-  __syncthreads();  // the next call may overwrite partial[]
-  return sum;
-}
+using cuda_layer::block_sum;
+using cuda_layer::blocks_for;
+using cuda_layer::check_launch;
+using cuda_layer::global_thread;
+using cuda_layer::grid_threads;
+// Threads of the elementwise kernels.
+using cuda_layer::kThreads;
 
 // Threads of the block-per-row kernels (one block reduces one row).
 constexpr int kRowThreads = 128;
-// Threads of the elementwise kernels.
-constexpr int kThreads = 256;
-
-// ---- launch sizes ----
-
-// Global index and stride of a grid-stride loop, in int64.
-__device__ __forceinline__ int64_t global_thread() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t grid_threads() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
-
-// Blocks of kThreads for a grid-stride loop over n elements (capped: the loop covers the rest).
-inline unsigned blocks_for(int64_t n) {
-  constexpr int64_t kMaxBlocks = 65535;
-  return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, kMaxBlocks));
-}
 
 // One block per row: the grid's x dimension holds up to 2^31 - 1 blocks.
 inline unsigned row_blocks(int64_t rows) {
@@ -105,12 +76,6 @@ inline int64_t rows_per_block(int64_t rows) {
 inline int64_t row_block_count(int64_t rows) {
   const int64_t per = rows_per_block(rows);
   return (rows + per - 1) / per;
-}
-
-// Right after a launch: a bad configuration (or an earlier asynchronous failure) as a CudaError
-// naming the kernel.
-inline void check_launch(const char* kernel) {
-  PLEXUS_CUDA_CHECK(cudaGetLastError(), kernel);
 }
 
 }  // namespace plexus::mamba::cuda

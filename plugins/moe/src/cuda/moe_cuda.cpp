@@ -80,6 +80,16 @@ struct CudaState final : DeviceState {
   float* du_shared = nullptr;
 };
 
+// Calls each(e, first, n) for every expert e with rows, [first, first + n) of the permuted rows
+// (offsets: [E + 1]); an expert without rows has no product to run.
+template <class Each>
+void for_each_expert(const std::vector<int64_t>& offsets, Each&& each) {
+  for (std::size_t e = 0; e + 1 < offsets.size(); ++e) {
+    const int64_t first = offsets[e], n = offsets[e + 1] - first;
+    if (n > 0) each(e, first, n);
+  }
+}
+
 // y [rows, C] from x [rows, C]: expert e (fc1[e], fc2[e]) on rows [offsets[e], offsets[e + 1]),
 // the activation over all rows at once (experts.cpp's experts_forward).
 void mlp_forward(ck::Handle& handle, const MlpDims& d, const std::vector<int64_t>& offsets,
@@ -87,23 +97,18 @@ void mlp_forward(ck::Handle& handle, const MlpDims& d, const std::vector<int64_t
                  const MlpKept& keep, float* y) {
   const int64_t rows = offsets.back(), hidden = d.hidden, f = d.ffn, f1 = d.fc1_rows();
   if (rows == 0) return;
-  const std::size_t experts = offsets.size() - 1;
-  for (std::size_t e = 0; e < experts; ++e) {
-    const int64_t first = offsets[e], n = offsets[e + 1] - first;
-    if (n == 0) continue;
+  for_each_expert(offsets, [&](std::size_t e, int64_t first, int64_t n) {
     ck::gemm<float, float>(handle, Trans::N, Trans::T, n, f1, hidden, 1.0f, x + first * hidden, hidden,
                            fc1[e], hidden, 0.0f, keep.a + first * f1, f1);
-  }
+  });
   if (d.swiglu)
     ck::swiglu_forward<float>(rows, f, keep.a, keep.act, handle.stream());
   else
     ck::gelu_forward<float>(rows * f, keep.a, keep.act, handle.stream());
-  for (std::size_t e = 0; e < experts; ++e) {
-    const int64_t first = offsets[e], n = offsets[e + 1] - first;
-    if (n == 0) continue;
+  for_each_expert(offsets, [&](std::size_t e, int64_t first, int64_t n) {
     ck::gemm<float, float>(handle, Trans::N, Trans::T, n, hidden, f, 1.0f, keep.act + first * f, f, fc2[e], f,
                            0.0f, y + first * hidden, hidden);
-  }
+  });
 }
 
 // dx [rows, C] (written) from dy; the weight gradients accumulated (experts.cpp's
@@ -114,31 +119,26 @@ void mlp_backward(ck::Handle& handle, const MlpDims& d, const std::vector<int64_
                   const float* x, const float* dy, float* dx, float* dact, float* da) {
   const int64_t rows = offsets.back(), hidden = d.hidden, f = d.ffn, f1 = d.fc1_rows();
   if (rows == 0) return;
-  const std::size_t experts = offsets.size() - 1;
   // y = act W2^T:  dact = dy W2,  dW2 += dy^T act.
-  for (std::size_t e = 0; e < experts; ++e) {
-    const int64_t first = offsets[e], n = offsets[e + 1] - first;
-    if (n == 0) continue;
+  for_each_expert(offsets, [&](std::size_t e, int64_t first, int64_t n) {
     ck::gemm<float, float>(handle, Trans::N, Trans::N, n, f, hidden, 1.0f, dy + first * hidden, hidden,
                            fc2[e], f, 0.0f, dact + first * f, f);
     if (dfc2[e] != nullptr)
       ck::gemm<float, float>(handle, Trans::T, Trans::N, hidden, f, n, 1.0f, dy + first * hidden, hidden,
                              kept.act + first * f, f, 1.0f, dfc2[e], f);
-  }
+  });
   if (d.swiglu)
     ck::swiglu_backward<float>(rows, f, kept.a, dact, da, handle.stream());
   else
     ck::gelu_backward<float>(rows * f, kept.a, dact, da, handle.stream());
   // a = x W1^T:  dW1 += da^T x,  dx = da W1.
-  for (std::size_t e = 0; e < experts; ++e) {
-    const int64_t first = offsets[e], n = offsets[e + 1] - first;
-    if (n == 0) continue;
+  for_each_expert(offsets, [&](std::size_t e, int64_t first, int64_t n) {
     if (dfc1[e] != nullptr)
       ck::gemm<float, float>(handle, Trans::T, Trans::N, f1, hidden, n, 1.0f, da + first * f1, f1,
                              x + first * hidden, hidden, 1.0f, dfc1[e], hidden);
     ck::gemm<float, float>(handle, Trans::N, Trans::N, n, hidden, f1, 1.0f, da + first * f1, f1, fc1[e],
                            hidden, 0.0f, dx + first * hidden, hidden);
-  }
+  });
 }
 
 class MoeCuda final : public MoeDevice {
