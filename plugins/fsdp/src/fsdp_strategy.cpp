@@ -295,13 +295,15 @@ void FsdpStrategy::shard(uint32_t unit, DLTensor& out_values, DLTensor& out_grad
 }
 
 void FsdpStrategy::after_update() {
-  // ZeRO-1/2 keep whole values: every unit's gather is started before any is waited on, so they
-  // overlap one another. all_gather is not in place: each rank's shard goes from a copy.
+  // ZeRO-1/2 keep whole values: each unit's shard is all-gathered back into them. all_gather is
+  // not in place, so each rank's shard goes from a copy; two gathers are in flight at a time (the
+  // next starts before the previous is waited on), so the copies alive are two units' shards, not
+  // every unit's.
   struct Started {
     Buffer send;
     InFlight request;
   };
-  std::vector<Started> started;
+  std::deque<Started> started;
   const plx_host_api& host = api();
   for (auto& p : units_) {
     Unit& u = *p;
@@ -316,6 +318,10 @@ void FsdpStrategy::after_update() {
     check_host(host.all_gather(host.ctx, u.group, &send, &recv, nullptr, &request));
     s.request = InFlight(request);
     started.push_back(std::move(s));
+    if (started.size() > 2) {
+      started.front().request.wait();
+      started.pop_front();
+    }
   }
   for (Started& s : started) s.request.wait();
 }
