@@ -19,6 +19,7 @@
 #include "plexus/core/distributed/runtime.hpp"
 #include "plexus/core/run_config.hpp"
 #include "skip_module.hpp"
+#include "per_process.hpp"
 
 namespace utf = boost::unit_test;
 namespace tt = boost::test_tools;
@@ -55,17 +56,10 @@ struct Started {
   }
 };
 // MPI starts once per process: one runtime for every test case, stopped after the last.
-std::unique_ptr<Started>& started_slot() {
-  static std::unique_ptr<Started> slot;
-  return slot;
-}
 Started& started() {
-  if (!started_slot()) started_slot() = std::make_unique<Started>();
-  return *started_slot();
+  return plexus::test::per_process<Started>();
 }
-struct StopAtTheEnd {
-  ~StopAtTheEnd() { started_slot().reset(); }
-};
+using StopAtTheEnd = plexus::test::DestroyAtTheEnd<Started>;
 BOOST_TEST_GLOBAL_FIXTURE(StopAtTheEnd);
 
 // float32 sums of three contributions and one average: a few ulps apart from the double

@@ -13,6 +13,7 @@
 #include "plexus/core/distributed/runtime.hpp"
 #include "plexus/core/run_config.hpp"
 #include "skip_module.hpp"
+#include "per_process.hpp"
 
 namespace utf = boost::unit_test;
 using namespace plexus::test;
@@ -44,17 +45,10 @@ struct Started {
 };
 
 // MPI starts once per process: one runtime for every test case, stopped after the last.
-std::unique_ptr<Started>& started_slot() {
-  static std::unique_ptr<Started> slot;
-  return slot;
-}
 Started& started() {
-  if (!started_slot()) started_slot() = std::make_unique<Started>();
-  return *started_slot();
+  return plexus::test::per_process<Started>();
 }
-struct StopAtTheEnd {
-  ~StopAtTheEnd() { started_slot().reset(); }
-};
+using StopAtTheEnd = plexus::test::DestroyAtTheEnd<Started>;
 BOOST_TEST_GLOBAL_FIXTURE(StopAtTheEnd);
 
 // The sum over a group of each member's world rank, through the host table.
