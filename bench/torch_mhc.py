@@ -112,8 +112,10 @@ def main():
     functions = {
         "proj_rms": (lambda: mhc.proj_rms(x, phi, eps), [g["p"], g["r"]]),
         "mappings": (lambda: mhc.mappings(p_in, r_in, alpha, b, n, k, eps), [g["h_pre"], g["h_post"], g["h_res"]]),
-        "aggregate": (lambda: (mhc.aggregate(x, h_pre_in),), [g["u"]]),
-        "post_res": (lambda: (mhc.post_res(x, h_res_in, h_post_in, f, bias, False),), [g["y"]]),
+        # The mixing weights in the activations' dtype, as a bf16 PyTorch model would multiply
+        # them (a float32 h_res @ bf16 x is refused; a no-op in float32).
+        "aggregate": (lambda: (mhc.aggregate(x, h_pre_in.to(act)),), [g["u"]]),
+        "post_res": (lambda: (mhc.post_res(x, h_res_in.to(act), h_post_in.to(act), f, bias, False),), [g["y"]]),
     }
     modes = {"eager": {name: fwd_bwd(fn, grads) for name, (fn, grads) in functions.items()}}
     if args.compile:

@@ -28,7 +28,8 @@ def _ticks(lo, hi, count=6):
             break
     first = math.floor(lo / step) * step
     ticks = [first]
-    while ticks[-1] < hi - step * 1e-9:  # the last tick covers hi
+    # The last tick covers hi; at least two ticks, so a single point (lo == hi) has a range.
+    while ticks[-1] < hi - step * 1e-9 or len(ticks) < 2:
         ticks.append(round(ticks[-1] + step, 12))
     return ticks
 
