@@ -17,7 +17,8 @@
 #           end-to-end cost of mHC (n=4, mhc_fused) over the plain residual on a GPU-sized model
 #           in both precisions (scripts/mhc_compare.py)
 #   peer    bench/train_vs_torch.py --device cuda: tokens/s against PyTorch eager and
-#           torch.compile, float32 and bf16 (torch.autocast)
+#           torch.compile, float32 and bf16 (torch.autocast), on the default model and on a
+#           GPU-sized one (C=1024, 8 layers, seq 1024, micro-batch 8)
 #   ep      bench/ep_overlap.py: an all-MoE GPT with ep = world under mpirun -np 2 and 4,
 #           sequential scheduler against combined_1f1b (tokens/s, the MoE layers' time per step).
 #           moe.layer has no CUDA path yet, so its layers run on this machine's CPUs: the
@@ -37,6 +38,7 @@
 #   PLEXUS_GPU_CONFIG         the short training run's config (default: configs/default.json)
 #   PLEXUS_GPU_STEPS          its steps (default: 50)
 #   PLEXUS_MHC_COST_STEPS     steps of each run of the end-to-end mHC comparison (default: 60)
+#   PLEXUS_PEER_REPEATS       alternating runs per side in the peer stage (default: 3)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${PLEXUS_GPU_BUILD_DIR:-$root/build-gpu}"
@@ -299,16 +301,24 @@ fi
 if wants peer; then
   section "GPU throughput against PyTorch eager and torch.compile"
   if [ "$have_torch_cuda" -eq 1 ]; then
-    for precision in fp32 bf16; do
-      log="$logs/bench_$precision.log"
-      if "$python" "$root/bench/train_vs_torch.py" --build "$build" --device cuda --precision "$precision" \
-        --peers this,this-compile --repeats 3 --set "data.path=$data_path" \
-        --json "$logs/train_vs_torch_cuda_$precision.json" 2>&1 |
-        tee "$log"; then
-        pass "GPU training throughput ($precision): $(grep '^ratio' "$log" | sed 's/^ratio //')"
-      else
-        fail "GPU training throughput ($precision): bench/train_vs_torch.py --device cuda failed, see $log"
-      fi
+    # The default model (C=128: launch-bound on a GPU) and a GPU-sized one (C=1024, 8 layers,
+    # 1024-token windows, 8 sequences per step).
+    gpu_size=(--set model.hidden_size=1024 --set model.num_layers=8 --set model.num_attention_heads=8
+      --set model.seq_length=1024 --set train.micro_batch_size=8)
+    for model in default gpu_size; do
+      for precision in fp32 bf16; do
+        log="$logs/bench_${model}_$precision.log"
+        sizes=()
+        [ "$model" = gpu_size ] && sizes=("${gpu_size[@]}")
+        if "$python" "$root/bench/train_vs_torch.py" --build "$build" --device cuda --precision "$precision" \
+          --peers this,this-compile --repeats "${PLEXUS_PEER_REPEATS:-3}" --steps 20 --warmup 5 \
+          --set "data.path=$data_path" "${sizes[@]}" \
+          --json "$logs/train_vs_torch_cuda_${model}_$precision.json" 2>&1 | tee "$log"; then
+          pass "GPU training throughput ($model, $precision): $(grep '^strongest peer' "$log" | sed 's/^strongest peer: //')"
+        else
+          fail "GPU training throughput ($model, $precision): bench/train_vs_torch.py --device cuda failed, see $log"
+        fi
+      done
     done
   else
     note "no CUDA PyTorch (PLEXUS_PYTHON selects one): training throughput comparison not run"
