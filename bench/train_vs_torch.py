@@ -7,7 +7,9 @@ gradient clipping and an AdamW step per training step, float32 on the CPU. The P
 (bench/torch_train_peer.py, each in a process of its own, each configured as its experts would:
 one thread pool, subnormals flushed, its fastest formulation of the same model, checked against
 tests/reference/gpt_reference.py before timing):
-  debian   Debian's python3-torch (1.13, OpenBLAS), the test suite's reference
+  debian   Debian's python3-torch (1.13, OpenBLAS), the test suite's reference, in its own pool
+  debian-openblas  the same with its threads given to OpenBLAS (PyTorch's pool one thread): it
+           splits a matrix product only through OpenBLAS, so this can be its faster setup
   eager    current PyTorch from PyPI (MKL), eager, F.scaled_dot_product_attention, fused AdamW
   compile  the same through torch.compile (inductor)
 eager and compile need the venv scripts/bench-env.sh creates (.venv-bench); without it they are
@@ -16,7 +18,7 @@ every side. Reported: each side's setup, the median seconds per step after warm-
 tokens/s, the ratio against each peer and against the strongest.
 
   /usr/bin/python3 bench/train_vs_torch.py [--config configs/default.json] [--threads 2]
-      [--steps 30] [--warmup 5] [--repeats 3] [--peers debian,eager,compile]
+      [--steps 30] [--warmup 5] [--repeats 3] [--peers debian,debian-openblas,eager,compile]
       [--device cpu|cuda] [--precision fp32|bf16] [--set key=value ...] [--json result.json]
 
 With --device cuda every side trains on the GPU (Plexus with run.device=cuda, PyTorch with
@@ -107,7 +109,13 @@ def plexus_step_seconds(args, workdir):
 # and "this-compile" are the torch of the python running this script (e.g. a CUDA build on a GPU
 # machine, scripts/gpu-check.sh).
 PEERS = {"debian": ("/usr/bin/python3", "eager"), "eager": (None, "eager"), "compile": (None, "compile"),
-         "this": (sys.executable, "eager"), "this-compile": (sys.executable, "compile")}
+         "this": (sys.executable, "eager"), "this-compile": (sys.executable, "compile"),
+         "debian-openblas": ("/usr/bin/python3", "eager")}
+# The thread pool a peer multiplies in: its own (PyTorch's OpenMP pool, the BLAS under it
+# single-threaded), or OpenBLAS's (PyTorch's pool one thread, OPENBLAS_NUM_THREADS threads).
+# Debian's PyTorch splits a matrix product only through OpenBLAS, so for work made of products
+# the second is its faster configuration; PyPI's (MKL) splits them in its own pool.
+OPENBLAS_POOL = {"debian-openblas"}
 
 
 def bench_python(args):
@@ -136,18 +144,23 @@ def torch_step_seconds(args, config, peer, workdir):
     python, mode = PEERS[peer]
     python = python or str(bench_python(args))
     spec = pathlib.Path(workdir) / f"peer-{time.monotonic_ns()}.json"
-    spec.write_text(json.dumps({"config": config, "threads": args.threads, "steps": args.steps,
+    # One pool: PyTorch's own (torch.set_num_threads in the peer) with the BLAS inside it
+    # single-threaded, or OpenBLAS's with PyTorch's at one thread (OPENBLAS_POOL).
+    openblas_pool = peer in OPENBLAS_POOL
+    torch_threads = 1 if openblas_pool else args.threads
+    spec.write_text(json.dumps({"config": config, "threads": torch_threads, "steps": args.steps,
                                 "warmup": args.warmup, "mode": mode, "device": args.device,
                                 "precision": args.precision}))
-    # One pool: PyTorch's own (torch.set_num_threads in the peer); the BLAS inside it single-threaded.
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS="1",
+    env = dict(os.environ, OMP_NUM_THREADS=str(torch_threads),
+               OPENBLAS_NUM_THREADS=str(args.threads if openblas_pool else 1),
                MKL_NUM_THREADS=str(args.threads))
     run = subprocess.run([python, str(ROOT / "bench" / "torch_train_peer.py"), str(spec)],
                          capture_output=True, text=True, env=env)
     if run.returncode != 0:
         sys.exit(f"train_vs_torch: peer {peer} failed (exit {run.returncode}):\n{run.stderr[-4000:]}")
     result = json.loads(run.stdout.strip().splitlines()[-1])
-    return result["seconds"], result["setup"]
+    setup = result["setup"] + (f", OpenBLAS pool of {args.threads} threads" if openblas_pool else "")
+    return result["seconds"], setup
 
 
 def main():
@@ -162,8 +175,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps at the start of each run")
     ap.add_argument("--repeats", type=int, default=3, help="alternating runs per side")
     ap.add_argument("--set", action="append", default=[], help="config override, as plexus-train --set")
-    ap.add_argument("--peers", default="debian,eager,compile",
-                    help="PyTorch peers, comma-separated: debian (Debian's torch), eager and compile "
+    ap.add_argument("--peers", default="debian,debian-openblas,eager,compile",
+                    help="PyTorch peers, comma-separated: debian (Debian's torch in its own pool), "
+                         "debian-openblas (the same with its threads given to OpenBLAS), eager and compile "
                          "(PyPI torch from the venv of scripts/bench-env.sh), this and this-compile "
                          "(the torch of the python running this script)")
     ap.add_argument("--bench-venv", type=pathlib.Path, default=ROOT / ".venv-bench",
