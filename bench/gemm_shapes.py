@@ -9,26 +9,15 @@ S x S products (per head, a small part of the step) are left out. Each
 shape's median of --reps runs; the summary is the step's product FLOPs over the sum of the
 medians, with the layers' products counted --layers times.
 
-Run it with each BLAS of interest, threads configured as for bench/train_vs_torch.py:
-  OPENBLAS_NUM_THREADS=2 /usr/bin/python3 bench/gemm_shapes.py --threads 1   # Debian: OpenBLAS's pool
-  .venv-bench/bin/python bench/gemm_shapes.py --threads 2                      # PyPI: MKL in torch's pool
+Run it with each BLAS of interest, in its faster thread pool (bench/torch_timing.py's --pool):
+  OPENBLAS_NUM_THREADS=2 /usr/bin/python3 bench/gemm_shapes.py --threads 2 --pool openblas  # Debian: OpenBLAS
+  OPENBLAS_NUM_THREADS=1 .venv-bench/bin/python bench/gemm_shapes.py --threads 2           # PyPI: MKL
 """
 import argparse
-import statistics
-import time
 
 import torch
 
-
-def timed(fn, reps):
-    fn()
-    fn()
-    samples = []
-    for _ in range(reps):
-        begin = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - begin)
-    return statistics.median(samples)
+from torch_timing import add_pool_argument, median_ms, prepare_threads
 
 
 def main():
@@ -38,17 +27,17 @@ def main():
     ap.add_argument("--tokens", type=int, default=1024, help="micro-batch x sequence length")
     ap.add_argument("--vocab", type=int, default=256)
     ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=25)
+    add_pool_argument(ap)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    prepare_threads("gemm_shapes.py", args.threads, args.pool)
     c, t, v = args.hidden, args.tokens, args.vocab
     f = args.ffn or 4 * c
     # (name, out features, in features, count per step)
     weights = [("qkv", 3 * c, c, args.layers), ("proj", c, c, args.layers), ("fc1", f, c, args.layers),
                ("fc2", c, f, args.layers), ("head", v, c, 1)]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads "
+    print(f"torch {torch.__version__}, {args.threads} threads in {args.pool}'s pool "
           f"(BLAS: {'MKL' if torch.backends.mkl.is_available() else 'not MKL'}); "
           f"T={t} C={c} FFN={f} V={v}, {args.layers} layers; median of {args.reps} runs")
     print(f"{'product':<10} {'shape (m x n x k)':>20} {'ms':>8} {'GFLOP/s':>9}")
@@ -61,7 +50,7 @@ def main():
             "dW tn": ((out_f, in_f, t), lambda: torch.mm(dy.t(), x)),
         }
         for kind, ((m, n, k), fn) in products.items():
-            seconds = timed(fn, args.reps)
+            seconds = median_ms(fn, args.reps) / 1e3
             flops = 2.0 * m * n * k
             total_flops += flops * count
             total_seconds += seconds * count

@@ -2,9 +2,12 @@
 """PyTorch eager baseline for bench_layers: the same attention and MLP sublayers (pre-norm,
 RoPE, causal GQA softmax attention, gelu/swiglu MLP), float32 on the CPU, median time of a
 training forward and its backward (input and weight gradients), and the fastest forward + backward.
+Its fastest formulation where the torch running it has one: F.scaled_dot_product_attention with
+the causal flag and F.rms_norm (PyTorch 2.x); otherwise (Debian's 1.13) the softmax written out.
 
-  /usr/bin/python3 bench/torch_layers.py [--batch 4] [--seq 256] [--hidden 256]
+  OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/torch_layers.py [--batch 4] [--seq 256] [--hidden 256]
       [--heads 4] [--groups 4] [--ffn 1024] [--activation gelu|swiglu] [--threads 2] [--iters 20]
+      [--pool torch|openblas]   (--pool openblas: OPENBLAS_NUM_THREADS=--threads; torch_timing.py)
 """
 import argparse
 import math
@@ -12,10 +15,15 @@ import math
 import torch
 import torch.nn.functional as F
 
-from torch_timing import median, time_forward_backward
+from torch_timing import add_pool_argument, median, prepare_threads, time_forward_backward
+
+HAVE_SDPA = hasattr(F, "scaled_dot_product_attention")
+HAVE_RMS_NORM = hasattr(F, "rms_norm")
 
 
 def rms(x, w, eps=1e-5):
+    if HAVE_RMS_NORM:
+        return F.rms_norm(x, (x.shape[-1],), w, eps)
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
@@ -39,10 +47,13 @@ def attention(x, w, wqkv, wproj, nh, ng):
     k = k.repeat_interleave(per, dim=2)
     v = v.repeat_interleave(per, dim=2)
     q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [b, h, s, hd]
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
-    mask = torch.ones(s, s, dtype=torch.bool).triu(1)
-    probs = scores.masked_fill(mask, float("-inf")).softmax(-1)
-    o = (probs @ v).transpose(1, 2).reshape(b, s, nh * hd)
+    if HAVE_SDPA:
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    else:
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+        mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+        o = scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
+    o = o.transpose(1, 2).reshape(b, s, nh * hd)
     return o @ wproj.T
 
 
@@ -65,9 +76,9 @@ def main():
     for k, v in dict(batch=4, seq=256, hidden=256, heads=4, groups=4, ffn=1024, threads=2, iters=20).items():
         ap.add_argument("--" + k, type=int, default=v)
     ap.add_argument("--activation", default="gelu")
+    add_pool_argument(ap)
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
+    prepare_threads("torch_layers.py", a.threads, a.pool)
     c, nh, ng, hd = a.hidden, a.heads, a.groups, a.hidden // a.heads
     x = torch.randn(a.batch, a.seq, c, requires_grad=True)
     wn = torch.ones(c, requires_grad=True)
@@ -76,8 +87,8 @@ def main():
     f1 = 2 * a.ffn if a.activation == "swiglu" else a.ffn
     w1 = (torch.randn(f1, c) * 0.02).requires_grad_()
     w2 = (torch.randn(c, a.ffn) * 0.02).requires_grad_()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; B={a.batch} S={a.seq} C={c} nh={nh} "
-          f"ng={ng} F={a.ffn} {a.activation} RMSNorm f32")
+    print(f"torch {torch.__version__}, {a.threads} threads in {a.pool}'s pool; B={a.batch} S={a.seq} C={c} nh={nh} "
+          f"ng={ng} F={a.ffn} {a.activation} RMSNorm f32, {'sdpa causal' if HAVE_SDPA else 'softmax written out'}")
     bench("attention", lambda: attention(x, wn, wqkv, wproj, nh, ng), [wn, wqkv, wproj], x, a.iters)
     bench("mlp", lambda: mlp(x, wn, w1, w2, a.activation, a.ffn), [wn, w1, w2], x, a.iters)
 

@@ -20,27 +20,15 @@ GPU target sizes (s=8192, b=4 → T=32768; n=4; C=7168):
 """
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
 import mhc_reference as mhc  # noqa: E402
+from torch_timing import median_ms  # noqa: E402
 
 
-def timed(fn, reps, sync):
-    for _ in range(3):
-        fn()
-    sync()
-    times = []
-    for _ in range(reps):
-        begin = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - begin) * 1e3)
-    return statistics.median(times)
 
 
 def plexus_rows(path):
@@ -128,7 +116,7 @@ def main():
         print(f"{mode:<12} {'fwd':>9} {'fwd+bwd':>9}")
         total = 0.0
         for name, (forward, both) in primitives.items():
-            f_ms, fb_ms = timed(forward, args.reps, sync), timed(both, args.reps, sync)
+            f_ms, fb_ms = median_ms(forward, args.reps, sync), median_ms(both, args.reps, sync)
             total += fb_ms
             measured[(mode, name)] = fb_ms
             print(f"  {name:<10} {f_ms:9.3f} {fb_ms:9.3f}")

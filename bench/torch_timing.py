@@ -1,10 +1,12 @@
-"""The timed loop of the PyTorch baselines (torch_layers.py, torch_mamba.py, torch_moe.py), as
+"""The timed loops of the PyTorch baselines (torch_layers.py, torch_mamba.py, torch_moe.py, and
+median_ms for torch_mhc.py and gemm_shapes.py), as
 bench_layers, bench_mamba and bench_moe time the plugin's layers: a training forward and the
 backward that follows, the gradients cleared before each, after 3 untimed iterations (first
 touches of memory, thread start); and the one thread pool that torch_mamba.py and torch_moe.py
 run in.
 """
 import os
+import statistics
 import sys
 import time
 
@@ -53,6 +55,21 @@ def time_forward_backward(forward, leaves, dy, iters):
             fwd.append((t1 - t0) * 1e3)
             bwd.append((t2 - t1) * 1e3)
     return fwd, bwd
+
+
+def median_ms(fn, reps, sync=lambda: None, warmup=3):
+    """The median of `reps` timed calls of fn() in milliseconds, after `warmup` untimed ones;
+    sync() (a device synchronization, or nothing) ends each call."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        begin = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - begin) * 1e3)
+    return statistics.median(times)
 
 
 def median(values):
