@@ -10,7 +10,8 @@
 // real all-to-all, and every call still goes to the engine. The ep > 1 run with real all-to-alls
 // under mpirun is mpi.test_combined_1f1b_ep.
 //
-// By default combined_1f1b asks the engine for weight gradients apart: moe.layer's come through
+// By default combined_1f1b asks the engine for weight gradients apart: those of moe.layer and of
+// the dense layers' attention and MLP (transformer.attention, transformer.mlp) come through
 // backward_weights, delayed into the slots where the other microbatch waits; they must still be
 // bit-identical, and so must a run with "delay_weight_gradients": false. A scheduler that asks for
 // the split and never calls backward_weights, or asks too late, gets the engine's error.
@@ -213,8 +214,17 @@ void check_bit_identical(bool mhc, bool delay_weights) {
   g_calls.clear();
   const Trained overlapped = train(host, rc, combined);
 
-  // The MoE layer's weight gradients came apart exactly when asked for: one call per unit and
-  // microbatch of every step (6 units: the embedding, 3 decoder layers, the final norm, the head).
+  // The engine splits the weight gradients of every layer with backward_weights: the attention
+  // and MLP of every decoder layer and moe.layer; the embedding, final norm and head compute
+  // theirs in backward.
+  for (const char* name : {"transformer.attention", "transformer.mlp", "moe.layer"})
+    BOOST_TEST(host.get(PLX_KIND_LAYER, name).as<plx_layer_v1>().backward_weights != nullptr, name);
+  for (const char* name : {"transformer.embedding", "transformer.norm", "transformer.lm_head"})
+    BOOST_TEST(host.get(PLX_KIND_LAYER, name).as<plx_layer_v1>().backward_weights == nullptr, name);
+
+  // The weight gradients came apart exactly when asked for: one scheduler call per unit and
+  // microbatch of every step (6 units: the embedding, 3 decoder layers, the final norm, the head;
+  // a decoder unit's call runs its attention's and its MLP's or MoE layer's backward_weights).
   const auto weight_calls = std::count_if(g_calls.begin(), g_calls.end(), [](const auto& c) { return c.first == 'W'; });
   BOOST_TEST(weight_calls == (delay_weights ? 10 * 3 * 6 : 0));
 
@@ -276,7 +286,9 @@ BOOST_AUTO_TEST_CASE(a_split_without_backward_weights_and_a_late_split_are_error
   };
   const std::string missing = error_of(forgetful);
   BOOST_TEST(missing.find("without calling backward_weights for microbatch 0 of unit") != std::string::npos, missing);
-  BOOST_TEST(missing.find("moe.layer") != std::string::npos, missing);
+  // The first unit whose weight gradients are due: the first decoder layer's attention, which
+  // splits like moe.layer.
+  BOOST_TEST(missing.find("decoder.layers.0 attention (transformer.attention)") != std::string::npos, missing);
   const std::string too_late = error_of(late);
   BOOST_TEST(too_late.find("split_weight_gradients: the scheduler must ask before the step's first backward") !=
                  std::string::npos,

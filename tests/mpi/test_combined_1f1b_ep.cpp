@@ -4,10 +4,10 @@
 // microbatches per rank with the sequential scheduler and with combined_1f1b. The two must give
 // bit-identical losses and final weights: combined_1f1b only moves stages of one microbatch
 // between the other's, and each parameter still accumulates microbatch 0's gradient before
-// microbatch 1's. combined_1f1b delays moe.layer's weight gradients by default
-// (backward_weights); with "delay_weight_gradients": false, and under the ZeRO-3 strategy
-// (optim_grads_params, whose gradient buffers stay acquired until the delayed weight gradients
-// are written), the results are the same bits. Also the refusals through plexus-train. Reported
+// microbatch 1's. combined_1f1b delays the weight gradients of moe.layer, the attention and the
+// dense MLP by default (backward_weights); with "delay_weight_gradients": false, and under the
+// ZeRO-3 strategy (optim_grads_params, whose gradient buffers stay acquired until the delayed
+// weight gradients are written), the results are the same bits. Also the refusals through plexus-train. Reported
 // skipped where there is no mpirun or no MPI comm backend.
 #define BOOST_TEST_MODULE combined_1f1b_ep
 #include <boost/test/unit_test.hpp>

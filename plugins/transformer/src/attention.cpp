@@ -1,5 +1,6 @@
 // transformer.attention: pre-norm causal self-attention with grouped query heads and rotary
 // embeddings, F only (the stack adds the residual). See ../README.md for the math and layout.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <type_traits>
@@ -11,6 +12,7 @@
 #include "plexus_kernels/buffer.hpp"
 #include "plexus_kernels/gemm.hpp"
 #include "plexus_kernels/rope.hpp"
+#include "split_weights.hpp"
 
 namespace plexus::transformer {
 namespace {
@@ -27,13 +29,21 @@ class AttentionState : public plexus::sdk::LayerState {
   k::Buffer qkv;         // u Wqkv^T with RoPE applied to q and k, [N, (nh + 2 ng) hd]
   k::Buffer probs;       // softmax probabilities [B, nh, S, S]
   k::Buffer out;         // attention output before the projection, [N, nh hd]
+  // Weight gradients apart (PLX_BACKWARD_SKIP_WEIGHT_GRADS): the upstream gradient of each weight
+  // product, kept by backward for backward_weights (their other operands: out above, and the
+  // norm's output again from xhat), released once it ran.
+  bool weights_due = false;
+  k::Buffer dy;    // the output gradient [N, C]: the output projection's
+  k::Buffer dqkv;  // the qkv projection's output gradient (after RoPE's transpose)
+  k::Buffer du;    // the pre-norm output's gradient [N, C]: the norm weight's (and bias's)
 };
 
-class Attention final : public HiddenLayer<Attention, AttentionState> {
+class Attention final : public SplitHiddenLayer<Attention, AttentionState> {
   friend class LayerShell<Attention, AttentionState>;
+  friend class SplitHiddenLayer<Attention, AttentionState>;
 
  public:
-  explicit Attention(const plx_layer_create_args& args) : HiddenLayer("transformer.attention", args) {
+  explicit Attention(const plx_layer_create_args& args) : SplitHiddenLayer("transformer.attention", args) {
     const auto host = plexus::sdk::Host::current();
     const plx_config m = args.model_config;
     heads_ = positive_int(host, m, "num_attention_heads");
@@ -177,49 +187,99 @@ class Attention final : public HiddenLayer<Attention, AttentionState> {
                         data<T>(args.outputs[0]), hidden_);
   }
 
+  // With PLX_BACKWARD_SKIP_WEIGHT_GRADS: the input gradient only, and the weight gradients'
+  // upstream gradients kept in the state for run_backward_weights.
   template <class T>
   void run_backward(AttentionState& st, const plx_backward_args& args) {
     const auto [batch, seq, dy, dx] = expect_backward<T>(st, args);
     const int64_t n = batch * seq, dq = heads_ * head_dim_;
     const auto sz = [](int64_t v) { return static_cast<std::size_t>(v); };
+    const bool split = skips_weight_grads(args);
 
     const T* w_norm = data<T>(args.params[0]);
     const T* b_norm = norm_.rms ? nullptr : data<T>(args.params[1]);
     const T* w_qkv = data<T>(args.params[qkv_index_]);
     const T* w_proj = data<T>(args.params[qkv_index_ + 1]);
-    T* dw_norm = grad_or_null<T>(args.param_grads, 0);
-    T* db_norm = norm_.rms ? nullptr : grad_or_null<T>(args.param_grads, 1);
-    T* dw_qkv = grad_or_null<T>(args.param_grads, qkv_index_);
-    T* dw_proj = grad_or_null<T>(args.param_grads, qkv_index_ + 1);
-    const T* qkv = st.qkv.data<T>();
     const T* o = st.out.data<T>();
 
     // f = o Wproj^T:  do = df Wproj,  dWproj += df^T o.
     k::Buffer do_buf, dqkv_buf, work_buf;
     T* d_o = do_buf.get<T>(sz(n * dq));
     k::gemm_parallel<T>(Trans::N, Trans::N, n, dq, hidden_, T(1), dy, hidden_, w_proj, dq, T(0), d_o, dq);
-    if (dw_proj != nullptr)
-      k::gemm_parallel<T>(Trans::T, Trans::N, hidden_, dq, n, T(1), dy, hidden_, o, dq, T(1), dw_proj, dq);
+    if (split)
+      std::copy(dy, dy + n * hidden_, st.dy.get<T>(sz(n * hidden_)));
+    else
+      proj_weights<T>(n, dy, o, grad_or_null<T>(args.param_grads, qkv_index_ + 1));
 
     // The attention core, then RoPE's transpose on the q and k gradients.
-    T* dqkv = dqkv_buf.get<T>(sz(n * qkv_rows_));
-    k::attention_backward<T>(layout(batch, seq), qkv, st.probs.data<T>(), o, d_o, dqkv);
+    T* dqkv = (split ? st.dqkv : dqkv_buf).get<T>(sz(n * qkv_rows_));
+    k::attention_backward<T>(layout(batch, seq), st.qkv.data<T>(), st.probs.data<T>(), o, d_o, dqkv);
     k::rope_apply<T>(dqkv, n, seq, qkv_rows_, rope_columns_.data(),
                      static_cast<int64_t>(rope_columns_.size()), head_dim_, cos_table<T>(), sin_table<T>(),
                      true);
 
     // qkv = u Wqkv^T:  dWqkv += dqkv^T u,  du = dqkv Wqkv; then the norm's backward.
-    T* work = work_buf.get<T>(sz(n * hidden_));  // u, then du
-    if (dw_qkv != nullptr) {
-      norm_.apply<T>(n, st.xhat.data<T>(), w_norm, b_norm, work);
-      k::gemm_parallel<T>(Trans::T, Trans::N, qkv_rows_, hidden_, n, T(1), dqkv, qkv_rows_, work, hidden_,
-                          T(1), dw_qkv, hidden_);
+    if (split) {
+      // backward_weights needs dqkv and out, not the core's qkv and probabilities.
+      st.qkv.release();
+      st.probs.release();
+      T* du = st.du.get<T>(sz(n * hidden_));
+      k::gemm_parallel<T>(Trans::N, Trans::N, n, hidden_, qkv_rows_, T(1), dqkv, qkv_rows_, w_qkv, hidden_,
+                          T(0), du, hidden_);
+      // The input gradient now; the norm's weight gradients from the same du later (the kernel
+      // sums the same partial products whether or not it also writes dx).
+      if (dx != nullptr)
+        norm_.backward<T>(n, du, st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx, nullptr, nullptr);
+      return;
     }
+    T* dw_norm = grad_or_null<T>(args.param_grads, 0);
+    T* db_norm = norm_.rms ? nullptr : grad_or_null<T>(args.param_grads, 1);
+    T* work = work_buf.get<T>(sz(n * hidden_));  // u, then du
+    qkv_weights<T>(n, dqkv, w_norm, b_norm, st.xhat.data<T>(), work,
+                   grad_or_null<T>(args.param_grads, qkv_index_));
     if (dx != nullptr || dw_norm != nullptr || db_norm != nullptr) {
       k::gemm_parallel<T>(Trans::N, Trans::N, n, hidden_, qkv_rows_, T(1), dqkv, qkv_rows_, w_qkv, hidden_,
                           T(0), work, hidden_);
       norm_.backward<T>(n, work, st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx, dw_norm, db_norm);
     }
+  }
+
+  // The weight gradients a backward with PLX_BACKWARD_SKIP_WEIGHT_GRADS left out, from what it
+  // kept, through the same calls as the unsplit backward; then what was kept is released.
+  template <class T>
+  void run_backward_weights(AttentionState& st, const plx_backward_args& args) {
+    const int64_t n = st.batch * st.seq;
+    const T* w_norm = data<T>(args.params[0]);
+    const T* b_norm = norm_.rms ? nullptr : data<T>(args.params[1]);
+    T* dw_norm = grad_or_null<T>(args.param_grads, 0);
+    T* db_norm = norm_.rms ? nullptr : grad_or_null<T>(args.param_grads, 1);
+    proj_weights<T>(n, st.dy.data<T>(), st.out.data<T>(), grad_or_null<T>(args.param_grads, qkv_index_ + 1));
+    k::Buffer u_buf;
+    qkv_weights<T>(n, st.dqkv.data<T>(), w_norm, b_norm, st.xhat.data<T>(),
+                   u_buf.get<T>(static_cast<std::size_t>(n * hidden_)),
+                   grad_or_null<T>(args.param_grads, qkv_index_));
+    if (dw_norm != nullptr || db_norm != nullptr)
+      norm_.backward<T>(n, st.du.data<T>(), st.xhat.data<T>(), st.rstd.data<T>(), w_norm, nullptr, dw_norm,
+                        db_norm);
+    for (k::Buffer* kept : {&st.dy, &st.dqkv, &st.du, &st.out, &st.xhat, &st.rstd}) kept->release();
+    st.saved = false;  // what a backward needs is gone
+  }
+
+  // dWproj += df^T o (dw_proj may be null: no gradient wanted).
+  template <class T>
+  void proj_weights(int64_t n, const T* dy, const T* o, T* dw_proj) const {
+    const int64_t dq = heads_ * head_dim_;
+    if (dw_proj != nullptr)
+      k::gemm_parallel<T>(Trans::T, Trans::N, hidden_, dq, n, T(1), dy, hidden_, o, dq, T(1), dw_proj, dq);
+  }
+  // dWqkv += dqkv^T u, with u = norm(x) again from the forward's xhat into `u` (dw_qkv may be null).
+  template <class T>
+  void qkv_weights(int64_t n, const T* dqkv, const T* w_norm, const T* b_norm, const T* xhat, T* u,
+                   T* dw_qkv) const {
+    if (dw_qkv == nullptr) return;
+    norm_.apply<T>(n, xhat, w_norm, b_norm, u);
+    k::gemm_parallel<T>(Trans::T, Trans::N, qkv_rows_, hidden_, n, T(1), dqkv, qkv_rows_, u, hidden_, T(1),
+                        dw_qkv, hidden_);
   }
 
   int64_t heads_ = 0, groups_ = 0, head_dim_ = 0, qkv_rows_ = 0, max_seq_ = 0;

@@ -1,4 +1,5 @@
 // transformer.mlp: pre-norm MLP, F only: f = act(norm(x) W1^T) W2^T with gelu (exact) or swiglu.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -7,6 +8,7 @@
 #include "plexus_kernels/activation.hpp"
 #include "plexus_kernels/buffer.hpp"
 #include "plexus_kernels/gemm.hpp"
+#include "split_weights.hpp"
 
 namespace plexus::transformer {
 namespace {
@@ -22,13 +24,21 @@ class MlpState : public plexus::sdk::LayerState {
   k::Buffer xhat, rstd;  // the pre-norm
   k::Buffer a;           // fc1 output (pre-activation), [N, F] or [N, 2F]
   k::Buffer act;         // activation output, [N, F]
+  // Weight gradients apart (PLX_BACKWARD_SKIP_WEIGHT_GRADS): the upstream gradient of each weight
+  // product, kept by backward for backward_weights (their other operands: act above, and the
+  // norm's output again from xhat), released once it ran.
+  bool weights_due = false;
+  k::Buffer dy;  // the output gradient [N, C]: fc2's
+  k::Buffer da;  // fc1's output gradient [N, F] or [N, 2F]
+  k::Buffer du;  // the pre-norm output's gradient [N, C]: the norm weight's (and bias's)
 };
 
-class Mlp final : public HiddenLayer<Mlp, MlpState> {
+class Mlp final : public SplitHiddenLayer<Mlp, MlpState> {
   friend class LayerShell<Mlp, MlpState>;
+  friend class SplitHiddenLayer<Mlp, MlpState>;
 
  public:
-  explicit Mlp(const plx_layer_create_args& args) : HiddenLayer("transformer.mlp", args) {
+  explicit Mlp(const plx_layer_create_args& args) : SplitHiddenLayer("transformer.mlp", args) {
     const auto host = plexus::sdk::Host::current();
     const plx_config m = args.model_config;
     ffn_ = positive_int(host, m, "ffn_hidden_size");
@@ -118,50 +128,97 @@ class Mlp final : public HiddenLayer<Mlp, MlpState> {
                         data<T>(args.outputs[0]), hidden_);
   }
 
+  // With PLX_BACKWARD_SKIP_WEIGHT_GRADS: the input gradient only, and the weight gradients'
+  // upstream gradients kept in the state for run_backward_weights.
   template <class T>
   void run_backward(MlpState& st, const plx_backward_args& args) {
     const auto [batch, seq, dy, dx] = expect_backward<T>(st, args);
     const int64_t n = batch * seq;
     const auto sz = [](int64_t v) { return static_cast<std::size_t>(v); };
+    const bool split = skips_weight_grads(args);
 
     const T* w_norm = data<T>(args.params[0]);
     const T* b_norm = norm_.rms ? nullptr : data<T>(args.params[1]);
     const T* w1 = data<T>(args.params[fc1_index_]);
     const T* w2 = data<T>(args.params[fc1_index_ + 1]);
-    T* dw_norm = grad_or_null<T>(args.param_grads, 0);
-    T* db_norm = norm_.rms ? nullptr : grad_or_null<T>(args.param_grads, 1);
-    T* dw1 = grad_or_null<T>(args.param_grads, fc1_index_);
-    T* dw2 = grad_or_null<T>(args.param_grads, fc1_index_ + 1);
     const T* a = st.a.data<T>();
-    const T* act = st.act.data<T>();
 
     // f = act W2^T:  dact = df W2,  dW2 += df^T act.
     k::Buffer dact_buf, da_buf, work_buf;
-    T* dact = dact_buf.get<T>(sz(n * ffn_));
+    T* dact = (split && !swiglu_ ? st.da : dact_buf).get<T>(sz(n * ffn_));  // gelu: da in place
     k::gemm_parallel<T>(Trans::N, Trans::N, n, ffn_, hidden_, T(1), dy, hidden_, w2, ffn_, T(0), dact, ffn_);
-    if (dw2 != nullptr)
-      k::gemm_parallel<T>(Trans::T, Trans::N, hidden_, ffn_, n, T(1), dy, hidden_, act, ffn_, T(1), dw2,
-                          ffn_);
+    if (split)
+      std::copy(dy, dy + n * hidden_, st.dy.get<T>(sz(n * hidden_)));
+    else
+      fc2_weights<T>(n, dy, st.act.data<T>(), grad_or_null<T>(args.param_grads, fc1_index_ + 1));
 
     // Through the activation.
-    T* da = swiglu_ ? da_buf.get<T>(sz(n * fc1_rows_)) : dact;  // gelu: in place
+    T* da = swiglu_ ? (split ? st.da : da_buf).get<T>(sz(n * fc1_rows_)) : dact;
     if (swiglu_)
       k::swiglu_backward<T>(n, ffn_, a, dact, da);
     else
       k::gelu_backward<T>(n * ffn_, a, dact, da);
 
     // a = u W1^T:  dW1 += da^T u,  du = da W1; then the norm's backward.
-    T* work = work_buf.get<T>(sz(n * hidden_));  // u, then du
-    if (dw1 != nullptr) {
-      norm_.apply<T>(n, st.xhat.data<T>(), w_norm, b_norm, work);
-      k::gemm_parallel<T>(Trans::T, Trans::N, fc1_rows_, hidden_, n, T(1), da, fc1_rows_, work, hidden_, T(1),
-                          dw1, hidden_);
+    if (split) {
+      st.a.release();  // backward_weights needs da, not a
+      T* du = st.du.get<T>(sz(n * hidden_));
+      k::gemm_parallel<T>(Trans::N, Trans::N, n, hidden_, fc1_rows_, T(1), da, fc1_rows_, w1, hidden_, T(0),
+                          du, hidden_);
+      // The input gradient now; the norm's weight gradients from the same du later (the kernel
+      // sums the same partial products whether or not it also writes dx).
+      if (dx != nullptr)
+        norm_.backward<T>(n, du, st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx, nullptr, nullptr);
+      return;
     }
+    T* dw_norm = grad_or_null<T>(args.param_grads, 0);
+    T* db_norm = norm_.rms ? nullptr : grad_or_null<T>(args.param_grads, 1);
+    T* work = work_buf.get<T>(sz(n * hidden_));  // u, then du
+    fc1_weights<T>(n, da, w_norm, b_norm, st.xhat.data<T>(), work,
+                   grad_or_null<T>(args.param_grads, fc1_index_));
     if (dx != nullptr || dw_norm != nullptr || db_norm != nullptr) {
       k::gemm_parallel<T>(Trans::N, Trans::N, n, hidden_, fc1_rows_, T(1), da, fc1_rows_, w1, hidden_, T(0),
                           work, hidden_);
       norm_.backward<T>(n, work, st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx, dw_norm, db_norm);
     }
+  }
+
+  // The weight gradients a backward with PLX_BACKWARD_SKIP_WEIGHT_GRADS left out, from what it
+  // kept, through the same calls as the unsplit backward; then what was kept is released.
+  template <class T>
+  void run_backward_weights(MlpState& st, const plx_backward_args& args) {
+    const int64_t n = st.batch * st.seq;
+    const T* w_norm = data<T>(args.params[0]);
+    const T* b_norm = norm_.rms ? nullptr : data<T>(args.params[1]);
+    T* dw_norm = grad_or_null<T>(args.param_grads, 0);
+    T* db_norm = norm_.rms ? nullptr : grad_or_null<T>(args.param_grads, 1);
+    fc2_weights<T>(n, st.dy.data<T>(), st.act.data<T>(), grad_or_null<T>(args.param_grads, fc1_index_ + 1));
+    k::Buffer u_buf;
+    fc1_weights<T>(n, st.da.data<T>(), w_norm, b_norm, st.xhat.data<T>(),
+                   u_buf.get<T>(static_cast<std::size_t>(n * hidden_)),
+                   grad_or_null<T>(args.param_grads, fc1_index_));
+    if (dw_norm != nullptr || db_norm != nullptr)
+      norm_.backward<T>(n, st.du.data<T>(), st.xhat.data<T>(), st.rstd.data<T>(), w_norm, nullptr, dw_norm,
+                        db_norm);
+    for (k::Buffer* kept : {&st.dy, &st.da, &st.du, &st.act, &st.xhat, &st.rstd}) kept->release();
+    st.saved = false;  // what a backward needs is gone
+  }
+
+  // dW2 += df^T act (dw2 may be null: no gradient wanted).
+  template <class T>
+  void fc2_weights(int64_t n, const T* dy, const T* act, T* dw2) const {
+    if (dw2 != nullptr)
+      k::gemm_parallel<T>(Trans::T, Trans::N, hidden_, ffn_, n, T(1), dy, hidden_, act, ffn_, T(1), dw2,
+                          ffn_);
+  }
+  // dW1 += da^T u, with u = norm(x) again from the forward's xhat into `u` (dw1 may be null).
+  template <class T>
+  void fc1_weights(int64_t n, const T* da, const T* w_norm, const T* b_norm, const T* xhat, T* u,
+                   T* dw1) const {
+    if (dw1 == nullptr) return;
+    norm_.apply<T>(n, xhat, w_norm, b_norm, u);
+    k::gemm_parallel<T>(Trans::T, Trans::N, fc1_rows_, hidden_, n, T(1), da, fc1_rows_, u, hidden_, T(1), dw1,
+                        hidden_);
   }
 
   int64_t ffn_ = 0, fc1_rows_ = 0;
