@@ -31,7 +31,7 @@ def run(label, ranks, microbatches, threads, args, out_root):
     if ranks > 1:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(ranks), "-x", "OMP_NUM_THREADS"] + cmd
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace")
     if done.returncode != 0:
         sys.exit(f"dp_scaling.py: {label} failed:\n{done.stdout}{done.stderr}")
     with open(os.path.join(out, "metrics.jsonl")) as f:

@@ -32,7 +32,7 @@ def run(ranks, scheduler, steps, microbatches, out, build="build", extra=()):
            "--set", 'plugins.load=["sequential_scheduler","transformer","combined_1f1b"]']
     for setting in extra:
         cmd += ["--set", setting]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace")
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
     records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]

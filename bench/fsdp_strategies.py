@@ -30,7 +30,7 @@ def run(ranks, strategy, prefetch, steps, out):
            "--set", f"train.steps={steps}", "--set", "train.eval_interval=0", "--set", "train.profile=true",
            "--set", f"train.log_interval={steps}", "--set", "sample.tokens=0",
            "--set", f"distributed.data_parallel.options={options}"]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace")
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
     records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]

@@ -91,7 +91,7 @@ def plexus_step_seconds(args, workdir):
                          f"run.precision={args.precision}"]:
         cmd += ["--set", s]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    run = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    run = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env)
     if run.returncode != 0:
         sys.exit(f"train_vs_torch: plexus-train failed (exit {run.returncode}):\n{run.stderr[-4000:]}")
     seconds = []

@@ -24,7 +24,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def run(cmd, env=None):
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    # errors="replace": plexus-train's sample prints the model's bytes as they come, and an
+    # untrained byte-level model's are not always UTF-8.
+    result = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env)
     if result.returncode != 0:
         sys.exit(f"mhc_compare: `{' '.join(map(str, cmd))}` failed (exit {result.returncode}):\n{result.stderr[-4000:]}")
     return result

@@ -15,6 +15,10 @@
 #include "plexus/core/engine/tensor.hpp"
 #include "plexus/tensor.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>  // mallinfo2
+#endif
+
 namespace device = plexus::device;
 
 namespace {
@@ -88,6 +92,27 @@ BOOST_AUTO_TEST_CASE(tensors_are_zeroed_unless_asked_not_to_be) {
   for (int64_t i = 0; i < clean.numel(); ++i) all_zero = all_zero && clean.data<float>()[i] == 0.0f;
   BOOST_TEST(all_zero);
   BOOST_CHECK_THROW(plexus::Tensor::uninitialized({2, -1}, plx_dtype_f32()), std::invalid_argument);
+}
+
+// Blocks of any size come from the heap once the policy is on, not from mmap (which hands them
+// back to the kernel at free, so the next step faults every page in again).
+BOOST_AUTO_TEST_CASE(the_heap_policy_serves_large_blocks_from_the_heap) {
+#if defined(__GLIBC__)
+  const char* before = std::getenv("GLIBC_TUNABLES");
+  const std::string saved = before != nullptr ? before : "";
+  ::unsetenv("GLIBC_TUNABLES");
+  BOOST_TEST_REQUIRE(device::retain_freed_host_memory());
+  if (before != nullptr) ::setenv("GLIBC_TUNABLES", saved.c_str(), 1);
+  const std::size_t mapped_before = mallinfo2().hblkhd;
+  constexpr std::size_t kLarge = std::size_t{96} << 20;  // above glibc's largest mmap threshold
+  void* block = std::malloc(kLarge);
+  BOOST_TEST_REQUIRE(block != nullptr);
+  std::memset(block, 1, kLarge);
+  BOOST_TEST(mallinfo2().hblkhd == mapped_before, "a 96 MiB block was served by mmap");
+  std::free(block);
+#else
+  BOOST_TEST(!device::retain_freed_host_memory());
+#endif
 }
 
 BOOST_AUTO_TEST_CASE(the_heap_policy_defers_to_the_users_glibc_tunables) {
