@@ -30,7 +30,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
 import mamba2_reference as ref  # noqa: E402
-from torch_timing import add_pool_argument, median, prepare_threads, time_forward_backward  # noqa: E402
+from torch_timing import (add_compile_argument, add_pool_argument, compiled, median,  # noqa: E402
+                          prepare_threads, time_forward_backward)
 
 
 def causal_conv_silu(xbc, weight, bias):
@@ -70,6 +71,7 @@ def main():
                      conv=4, chunk=128, threads=2, iters=10).items():
         ap.add_argument("--" + k.replace("_", "-"), type=int, default=v)
     add_pool_argument(ap)
+    add_compile_argument(ap)
     a = ap.parse_args()
     # Subnormal floats count as zero, as in plexus-train (run.flush_denormals): the decays of the
     # chunked scan underflow, and arithmetic on subnormals costs a hundred cycles on either side.
@@ -106,10 +108,11 @@ def main():
     if not err < 1e-5:
         sys.exit(f"torch_mamba.py: the timed formulation differs from the reference by {err:.2e}")
 
-    fwd, bwd = time_forward_backward(lambda: mamba_layer(x, params, case), list(params.values()) + [x], dy, a.iters)
+    layer = compiled("torch_mamba.py", mamba_layer, a.compile)
+    fwd, bwd = time_forward_backward(lambda: layer(x, params, case), list(params.values()) + [x], dy, a.iters)
     fm, bm = median(fwd), median(bwd)
     best = min(f + b for f, b in zip(fwd, bwd))
-    print(f"PyTorch {torch.__version__} eager, {a.threads} threads ({a.pool}'s pool), B={a.batch} L={a.seq} d_model={a.d_model} "
+    print(f"PyTorch {torch.__version__} {'compile' if a.compile else 'eager'}, {a.threads} threads ({a.pool}'s pool), B={a.batch} L={a.seq} d_model={a.d_model} "
           f"d_inner={d_inner} H={heads} P={a.head_dim} N={a.state_dim} G={a.groups} W={a.conv} Q={a.chunk} f32")
     print(f"torch mamba fwd {fm:8.2f} ms  bwd {bm:8.2f} ms  fwd+bwd median {fm + bm:8.2f} ms  min {best:8.2f} ms")
 

@@ -33,7 +33,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
 import moe_reference as ref  # noqa: E402
-from torch_timing import add_pool_argument, median, prepare_threads, time_forward_backward  # noqa: E402
+from torch_timing import (add_compile_argument, add_pool_argument, compiled, median,  # noqa: E402
+                          prepare_threads, time_forward_backward)
 
 
 def moe_layer(h, p, case):
@@ -74,6 +75,7 @@ def main():
         ap.add_argument("--" + key.replace("_", "-"), type=int, default=v)
     ap.add_argument("--activation", choices=["gelu", "swiglu"], default="gelu")
     add_pool_argument(ap)
+    add_compile_argument(ap)
     a = ap.parse_args()
     prepare_threads("torch_moe.py", a.threads, a.pool)
     case = dict(experts=a.experts, topk=a.topk, normalization="RMSNorm", layernorm_epsilon=1e-5,
@@ -101,10 +103,11 @@ def main():
     if not err < 1e-10:
         sys.exit(f"torch_moe.py: the timed formulation differs from the reference by {err:.2e}")
 
-    fwd, bwd = time_forward_backward(lambda: moe_layer(x, params, case), list(params.values()) + [x], dy, a.iters)
+    layer = compiled("torch_moe.py", moe_layer, a.compile)
+    fwd, bwd = time_forward_backward(lambda: layer(x, params, case), list(params.values()) + [x], dy, a.iters)
     total = sorted(f + b for f, b in zip(fwd, bwd))
     fm, bm = median(fwd), median(bwd)
-    print(f"PyTorch {torch.__version__} eager, {a.threads} threads ({a.pool}'s pool), T={a.batch * a.seq} (B={a.batch} L={a.seq}) "
+    print(f"PyTorch {torch.__version__} {'compile' if a.compile else 'eager'}, {a.threads} threads ({a.pool}'s pool), T={a.batch * a.seq} (B={a.batch} L={a.seq}) "
           f"C={a.hidden} F={a.ffn} E={a.experts} k={a.topk} {a.activation} f32")
     print(f"torch moe fwd {fm:8.2f} ms  bwd {bm:8.2f} ms  fwd+bwd median {total[len(total) // 2]:8.2f} ms  "
           f"min {total[0]:8.2f} ms")

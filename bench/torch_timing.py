@@ -23,6 +23,22 @@ def add_pool_argument(parser):
                              "products the second is its faster configuration: measure both, report the faster.")
 
 
+def add_compile_argument(parser):
+    """--compile: time torch.compile of the function (PyTorch 2.x) instead of eager."""
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the layer (inductor, PyTorch 2.x); its compilation falls in the "
+                             "untimed warm-up iterations")
+
+
+def compiled(script, fn, enabled):
+    """fn, or torch.compile(fn) when enabled (refused on a PyTorch without torch.compile)."""
+    if not enabled:
+        return fn
+    if not hasattr(torch, "compile"):
+        sys.exit(f"{script}: --compile needs PyTorch 2.0 or newer; this is {torch.__version__}")
+    return torch.compile(fn)
+
+
 def prepare_threads(script, threads, pool="torch"):
     """One thread pool of `threads` threads: PyTorch's own (pool "torch"; the OpenBLAS that
     Debian's PyTorch calls for matrix products must not start a second on the same cores, so
