@@ -235,8 +235,8 @@ class Attention final : public SplitHiddenLayer<Attention, AttentionState> {
     T* dw_norm = grad_or_null<T>(args.param_grads, 0);
     T* db_norm = norm_.rms ? nullptr : grad_or_null<T>(args.param_grads, 1);
     T* work = work_buf.get<T>(sz(n * hidden_));  // u, then du
-    qkv_weights<T>(n, dqkv, w_norm, b_norm, st.xhat.data<T>(), work,
-                   grad_or_null<T>(args.param_grads, qkv_index_));
+    input_projection_weights<T>(norm_, n, qkv_rows_, dqkv, w_norm, b_norm, st.xhat.data<T>(), work,
+                                grad_or_null<T>(args.param_grads, qkv_index_));
     if (dx != nullptr || dw_norm != nullptr || db_norm != nullptr) {
       k::gemm_parallel<T>(Trans::N, Trans::N, n, hidden_, qkv_rows_, T(1), dqkv, qkv_rows_, w_qkv, hidden_,
                           T(0), work, hidden_);
@@ -249,18 +249,9 @@ class Attention final : public SplitHiddenLayer<Attention, AttentionState> {
   template <class T>
   void run_backward_weights(AttentionState& st, const plx_backward_args& args) {
     const int64_t n = st.batch * st.seq;
-    const T* w_norm = data<T>(args.params[0]);
-    const T* b_norm = norm_.rms ? nullptr : data<T>(args.params[1]);
-    T* dw_norm = grad_or_null<T>(args.param_grads, 0);
-    T* db_norm = norm_.rms ? nullptr : grad_or_null<T>(args.param_grads, 1);
     proj_weights<T>(n, st.dy.data<T>(), st.out.data<T>(), grad_or_null<T>(args.param_grads, qkv_index_ + 1));
-    k::Buffer u_buf;
-    qkv_weights<T>(n, st.dqkv.data<T>(), w_norm, b_norm, st.xhat.data<T>(),
-                   u_buf.get<T>(static_cast<std::size_t>(n * hidden_)),
-                   grad_or_null<T>(args.param_grads, qkv_index_));
-    if (dw_norm != nullptr || db_norm != nullptr)
-      norm_.backward<T>(n, st.du.data<T>(), st.xhat.data<T>(), st.rstd.data<T>(), w_norm, nullptr, dw_norm,
-                        db_norm);
+    prenorm_weights<T>(norm_, n, qkv_rows_, qkv_index_, st.dqkv.data<T>(), st.xhat.data<T>(),
+                       st.rstd.data<T>(), st.du.data<T>(), args);
     for (k::Buffer* kept : {&st.dy, &st.dqkv, &st.du, &st.out, &st.xhat, &st.rstd}) kept->release();
     st.saved = false;  // what a backward needs is gone
   }
@@ -272,16 +263,6 @@ class Attention final : public SplitHiddenLayer<Attention, AttentionState> {
     if (dw_proj != nullptr)
       k::gemm_parallel<T>(Trans::T, Trans::N, hidden_, dq, n, T(1), dy, hidden_, o, dq, T(1), dw_proj, dq);
   }
-  // dWqkv += dqkv^T u, with u = norm(x) again from the forward's xhat into `u` (dw_qkv may be null).
-  template <class T>
-  void qkv_weights(int64_t n, const T* dqkv, const T* w_norm, const T* b_norm, const T* xhat, T* u,
-                   T* dw_qkv) const {
-    if (dw_qkv == nullptr) return;
-    norm_.apply<T>(n, xhat, w_norm, b_norm, u);
-    k::gemm_parallel<T>(Trans::T, Trans::N, qkv_rows_, hidden_, n, T(1), dqkv, qkv_rows_, u, hidden_, T(1),
-                        dw_qkv, hidden_);
-  }
-
   int64_t heads_ = 0, groups_ = 0, head_dim_ = 0, qkv_rows_ = 0, max_seq_ = 0;
   uint32_t qkv_index_ = 1;
   NormSpec norm_;

@@ -174,8 +174,8 @@ class Mlp final : public SplitHiddenLayer<Mlp, MlpState> {
     T* dw_norm = grad_or_null<T>(args.param_grads, 0);
     T* db_norm = norm_.rms ? nullptr : grad_or_null<T>(args.param_grads, 1);
     T* work = work_buf.get<T>(sz(n * hidden_));  // u, then du
-    fc1_weights<T>(n, da, w_norm, b_norm, st.xhat.data<T>(), work,
-                   grad_or_null<T>(args.param_grads, fc1_index_));
+    input_projection_weights<T>(norm_, n, fc1_rows_, da, w_norm, b_norm, st.xhat.data<T>(), work,
+                                grad_or_null<T>(args.param_grads, fc1_index_));
     if (dx != nullptr || dw_norm != nullptr || db_norm != nullptr) {
       k::gemm_parallel<T>(Trans::N, Trans::N, n, hidden_, fc1_rows_, T(1), da, fc1_rows_, w1, hidden_, T(0),
                           work, hidden_);
@@ -188,18 +188,9 @@ class Mlp final : public SplitHiddenLayer<Mlp, MlpState> {
   template <class T>
   void run_backward_weights(MlpState& st, const plx_backward_args& args) {
     const int64_t n = st.batch * st.seq;
-    const T* w_norm = data<T>(args.params[0]);
-    const T* b_norm = norm_.rms ? nullptr : data<T>(args.params[1]);
-    T* dw_norm = grad_or_null<T>(args.param_grads, 0);
-    T* db_norm = norm_.rms ? nullptr : grad_or_null<T>(args.param_grads, 1);
     fc2_weights<T>(n, st.dy.data<T>(), st.act.data<T>(), grad_or_null<T>(args.param_grads, fc1_index_ + 1));
-    k::Buffer u_buf;
-    fc1_weights<T>(n, st.da.data<T>(), w_norm, b_norm, st.xhat.data<T>(),
-                   u_buf.get<T>(static_cast<std::size_t>(n * hidden_)),
-                   grad_or_null<T>(args.param_grads, fc1_index_));
-    if (dw_norm != nullptr || db_norm != nullptr)
-      norm_.backward<T>(n, st.du.data<T>(), st.xhat.data<T>(), st.rstd.data<T>(), w_norm, nullptr, dw_norm,
-                        db_norm);
+    prenorm_weights<T>(norm_, n, fc1_rows_, fc1_index_, st.da.data<T>(), st.xhat.data<T>(), st.rstd.data<T>(),
+                       st.du.data<T>(), args);
     for (k::Buffer* kept : {&st.dy, &st.da, &st.du, &st.act, &st.xhat, &st.rstd}) kept->release();
     st.saved = false;  // what a backward needs is gone
   }
@@ -211,16 +202,6 @@ class Mlp final : public SplitHiddenLayer<Mlp, MlpState> {
       k::gemm_parallel<T>(Trans::T, Trans::N, hidden_, ffn_, n, T(1), dy, hidden_, act, ffn_, T(1), dw2,
                           ffn_);
   }
-  // dW1 += da^T u, with u = norm(x) again from the forward's xhat into `u` (dw1 may be null).
-  template <class T>
-  void fc1_weights(int64_t n, const T* da, const T* w_norm, const T* b_norm, const T* xhat, T* u,
-                   T* dw1) const {
-    if (dw1 == nullptr) return;
-    norm_.apply<T>(n, xhat, w_norm, b_norm, u);
-    k::gemm_parallel<T>(Trans::T, Trans::N, fc1_rows_, hidden_, n, T(1), da, fc1_rows_, u, hidden_, T(1), dw1,
-                        hidden_);
-  }
-
   int64_t ffn_ = 0, fc1_rows_ = 0;
   bool swiglu_ = false;
   uint32_t fc1_index_ = 1;
