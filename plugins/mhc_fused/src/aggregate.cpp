@@ -120,24 +120,20 @@ void over_tokens(const MhcProblem& pb, const Args& args, double work_per_element
 }  // namespace
 
 template <class T>
-void aggregate_forward(const MhcProblem& pb, const plx_mhc_aggregate_forward_args& a) {
+void CpuPrimitives<T>::aggregate_forward(const MhcProblem& pb, const plx_mhc_aggregate_forward_args& a) {
   over_tokens(pb, Forward<T>{mhc_in<T>(a.x), mhc_in<T>(a.h_pre), mhc_out<T>(a.u), pb.streams, pb.hidden},
               1.0);
 }
 
 template <class T>
-void aggregate_backward(const MhcProblem& pb, const plx_mhc_aggregate_backward_args& a) {
+void CpuPrimitives<T>::aggregate_backward(const MhcProblem& pb, const plx_mhc_aggregate_backward_args& a) {
   const Backward<T> args{mhc_in<T>(a.x),          mhc_in<T>(a.h_pre), mhc_in<T>(a.du), mhc_out_if<T>(a.dx),
                          mhc_out_if<T>(a.dh_pre), pb.streams,         pb.hidden};
   if (args.dx == nullptr && args.dh_pre == nullptr) return;
   over_tokens(pb, args, 2.0);
 }
 
-#define PLX_MHC_INSTANTIATE(T)                                                                  \
-  template void aggregate_forward<T>(const MhcProblem&, const plx_mhc_aggregate_forward_args&); \
-  template void aggregate_backward<T>(const MhcProblem&, const plx_mhc_aggregate_backward_args&);
-PLX_MHC_INSTANTIATE(float)
-PLX_MHC_INSTANTIATE(double)
-#undef PLX_MHC_INSTANTIATE
+PLEXUS_MHC_INSTANTIATE_PAIR(CpuPrimitives, aggregate, float);
+PLEXUS_MHC_INSTANTIATE_PAIR(CpuPrimitives, aggregate, double);
 
 }  // namespace plexus::mhc_fused

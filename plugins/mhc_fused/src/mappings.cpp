@@ -204,7 +204,7 @@ int64_t group_count(const MhcProblem& pb, int64_t lanes) {
 }  // namespace
 
 template <class T>
-void mappings_forward(const MhcProblem& pb, const plx_mhc_mappings_forward_args& a) {
+void CpuPrimitives<T>::mappings_forward(const MhcProblem& pb, const plx_mhc_mappings_forward_args& a) {
   if (pb.tokens == 0) return;
   const Forward<T> args{logits_of(pb, mhc_in<T>(a.p), mhc_in<T>(a.r), mhc_in<T>(a.alpha), mhc_in<T>(a.b)),
                         LaneSinkhorn<T>(pb.streams, pb.iterations, static_cast<T>(pb.eps)),
@@ -220,7 +220,7 @@ void mappings_forward(const MhcProblem& pb, const plx_mhc_mappings_forward_args&
 }
 
 template <class T>
-void mappings_backward(const MhcProblem& pb, const plx_mhc_mappings_backward_args& a) {
+void CpuPrimitives<T>::mappings_backward(const MhcProblem& pb, const plx_mhc_mappings_backward_args& a) {
   const Backward<T> args{logits_of(pb, mhc_in<T>(a.p), mhc_in<T>(a.r), mhc_in<T>(a.alpha), mhc_in<T>(a.b)),
                          LaneSinkhorn<T>(pb.streams, pb.iterations, static_cast<T>(pb.eps)),
                          mhc_in<T>(a.dh_pre),
@@ -253,11 +253,7 @@ void mappings_backward(const MhcProblem& pb, const plx_mhc_mappings_backward_arg
     for (std::size_t k = 0; k < w; ++k) db[k] += static_cast<T>(sums[3 + k]);
 }
 
-#define PLX_MHC_INSTANTIATE(T)                                                                \
-  template void mappings_forward<T>(const MhcProblem&, const plx_mhc_mappings_forward_args&); \
-  template void mappings_backward<T>(const MhcProblem&, const plx_mhc_mappings_backward_args&);
-PLX_MHC_INSTANTIATE(float)
-PLX_MHC_INSTANTIATE(double)
-#undef PLX_MHC_INSTANTIATE
+PLEXUS_MHC_INSTANTIATE_PAIR(CpuPrimitives, mappings, float);
+PLEXUS_MHC_INSTANTIATE_PAIR(CpuPrimitives, mappings, double);
 
 }  // namespace plexus::mhc_fused

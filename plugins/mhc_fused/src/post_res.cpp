@@ -188,7 +188,7 @@ void run_tokens(const Backward<double>& a, int64_t begin, int64_t end, Acc* bias
 }  // namespace
 
 template <class T>
-void post_res_forward(const MhcProblem& pb, const plx_mhc_post_res_forward_args& a) {
+void CpuPrimitives<T>::post_res_forward(const MhcProblem& pb, const plx_mhc_post_res_forward_args& a) {
   const Forward<T> args{mhc_in<T>(a.x),       mhc_in<T>(a.h_res), mhc_in<T>(a.h_post), mhc_in<T>(a.f),
                         mhc_in_if<T>(a.bias), mhc_out<T>(a.y),    pb.streams,          pb.hidden,
                         pb.transposed_h_res};
@@ -201,7 +201,7 @@ void post_res_forward(const MhcProblem& pb, const plx_mhc_post_res_forward_args&
 }
 
 template <class T>
-void post_res_backward(const MhcProblem& pb, const plx_mhc_post_res_backward_args& a) {
+void CpuPrimitives<T>::post_res_backward(const MhcProblem& pb, const plx_mhc_post_res_backward_args& a) {
   const Backward<T> args{
       mhc_in<T>(a.x),           mhc_in<T>(a.h_res),  mhc_in<T>(a.h_post), mhc_in<T>(a.f),
       mhc_in_if<T>(a.bias),     mhc_in<T>(a.dy),     mhc_out_if<T>(a.dx), mhc_out_if<T>(a.dh_res),
@@ -229,11 +229,7 @@ void post_res_backward(const MhcProblem& pb, const plx_mhc_post_res_backward_arg
   for (std::size_t k = 0; k < c; ++k) dbias[k] += static_cast<T>(bias_sums[k]);
 }
 
-#define PLX_MHC_INSTANTIATE(T)                                                                \
-  template void post_res_forward<T>(const MhcProblem&, const plx_mhc_post_res_forward_args&); \
-  template void post_res_backward<T>(const MhcProblem&, const plx_mhc_post_res_backward_args&);
-PLX_MHC_INSTANTIATE(float)
-PLX_MHC_INSTANTIATE(double)
-#undef PLX_MHC_INSTANTIATE
+PLEXUS_MHC_INSTANTIATE_PAIR(CpuPrimitives, post_res, float);
+PLEXUS_MHC_INSTANTIATE_PAIR(CpuPrimitives, post_res, double);
 
 }  // namespace plexus::mhc_fused

@@ -109,7 +109,7 @@ void add_norm_gradient_any(const double* x, const double* dr, int64_t count, int
 }  // namespace
 
 template <class T>
-void proj_rms_forward(const MhcProblem& pb, const plx_mhc_proj_rms_forward_args& a) {
+void CpuPrimitives<T>::proj_rms_forward(const MhcProblem& pb, const plx_mhc_proj_rms_forward_args& a) {
   if (pb.tokens == 0) return;
   const int64_t row = pb.streams * pb.hidden;  // n*C values per token
   const int64_t width = pb.width;
@@ -137,7 +137,7 @@ void proj_rms_forward(const MhcProblem& pb, const plx_mhc_proj_rms_forward_args&
 }
 
 template <class T>
-void proj_rms_backward(const MhcProblem& pb, const plx_mhc_proj_rms_backward_args& a) {
+void CpuPrimitives<T>::proj_rms_backward(const MhcProblem& pb, const plx_mhc_proj_rms_backward_args& a) {
   T* dx = mhc_out_if<T>(a.dx);
   T* dphi = mhc_out_if<T>(a.dphi);
   if (pb.tokens == 0 || (dx == nullptr && dphi == nullptr)) return;
@@ -195,11 +195,7 @@ void proj_rms_backward(const MhcProblem& pb, const plx_mhc_proj_rms_backward_arg
   }
 }
 
-#define PLX_MHC_INSTANTIATE(T)                                                                \
-  template void proj_rms_forward<T>(const MhcProblem&, const plx_mhc_proj_rms_forward_args&); \
-  template void proj_rms_backward<T>(const MhcProblem&, const plx_mhc_proj_rms_backward_args&);
-PLX_MHC_INSTANTIATE(float)
-PLX_MHC_INSTANTIATE(double)
-#undef PLX_MHC_INSTANTIATE
+PLEXUS_MHC_INSTANTIATE_PAIR(CpuPrimitives, proj_rms, float);
+PLEXUS_MHC_INSTANTIATE_PAIR(CpuPrimitives, proj_rms, double);
 
 }  // namespace plexus::mhc_fused

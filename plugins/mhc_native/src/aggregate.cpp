@@ -7,7 +7,7 @@
 namespace plexus::mhc_native {
 
 template <class T>
-void aggregate_forward(const MhcProblem& pb, const plx_mhc_aggregate_forward_args& a) {
+void CpuPrimitives<T>::aggregate_forward(const MhcProblem& pb, const plx_mhc_aggregate_forward_args& a) {
   const T* x = mhc_in<T>(a.x);
   const T* h_pre = mhc_in<T>(a.h_pre);
   T* u = mhc_out<T>(a.u);
@@ -22,7 +22,7 @@ void aggregate_forward(const MhcProblem& pb, const plx_mhc_aggregate_forward_arg
 }
 
 template <class T>
-void aggregate_backward(const MhcProblem& pb, const plx_mhc_aggregate_backward_args& a) {
+void CpuPrimitives<T>::aggregate_backward(const MhcProblem& pb, const plx_mhc_aggregate_backward_args& a) {
   const T* x = mhc_in<T>(a.x);
   const T* h_pre = mhc_in<T>(a.h_pre);
   const T* du = mhc_in<T>(a.du);
@@ -44,11 +44,7 @@ void aggregate_backward(const MhcProblem& pb, const plx_mhc_aggregate_backward_a
         for (std::size_t k = 0; k < c; ++k) dx[(t * n + j) * c + k] += h_pre[t * n + j] * du[t * c + k];
 }
 
-#define PLX_MHC_INSTANTIATE(T)                                                                  \
-  template void aggregate_forward<T>(const MhcProblem&, const plx_mhc_aggregate_forward_args&); \
-  template void aggregate_backward<T>(const MhcProblem&, const plx_mhc_aggregate_backward_args&);
-PLX_MHC_INSTANTIATE(float)
-PLX_MHC_INSTANTIATE(double)
-#undef PLX_MHC_INSTANTIATE
+PLEXUS_MHC_INSTANTIATE_PAIR(CpuPrimitives, aggregate, float);
+PLEXUS_MHC_INSTANTIATE_PAIR(CpuPrimitives, aggregate, double);
 
 }  // namespace plexus::mhc_native

@@ -54,7 +54,7 @@ void compute_h(const MhcProblem& pb, const T* p, const T* r, const T* alpha, con
 }  // namespace
 
 template <class T>
-void mappings_forward(const MhcProblem& pb, const plx_mhc_mappings_forward_args& a) {
+void CpuPrimitives<T>::mappings_forward(const MhcProblem& pb, const plx_mhc_mappings_forward_args& a) {
   const T* p = mhc_in<T>(a.p);
   const T* r = mhc_in<T>(a.r);
   const T* alpha = mhc_in<T>(a.alpha);
@@ -88,7 +88,7 @@ void mappings_forward(const MhcProblem& pb, const plx_mhc_mappings_forward_args&
 }
 
 template <class T>
-void mappings_backward(const MhcProblem& pb, const plx_mhc_mappings_backward_args& a) {
+void CpuPrimitives<T>::mappings_backward(const MhcProblem& pb, const plx_mhc_mappings_backward_args& a) {
   const T* p = mhc_in<T>(a.p);
   const T* r = mhc_in<T>(a.r);
   const T* alpha = mhc_in<T>(a.alpha);
@@ -158,11 +158,7 @@ void mappings_backward(const MhcProblem& pb, const plx_mhc_mappings_backward_arg
     for (std::size_t k = 0; k < w; ++k) db[k] += static_cast<T>(db_sum[k]);
 }
 
-#define PLX_MHC_INSTANTIATE(T)                                                                \
-  template void mappings_forward<T>(const MhcProblem&, const plx_mhc_mappings_forward_args&); \
-  template void mappings_backward<T>(const MhcProblem&, const plx_mhc_mappings_backward_args&);
-PLX_MHC_INSTANTIATE(float)
-PLX_MHC_INSTANTIATE(double)
-#undef PLX_MHC_INSTANTIATE
+PLEXUS_MHC_INSTANTIATE_PAIR(CpuPrimitives, mappings, float);
+PLEXUS_MHC_INSTANTIATE_PAIR(CpuPrimitives, mappings, double);
 
 }  // namespace plexus::mhc_native

@@ -34,7 +34,7 @@ const T* f_plus_bias(const T* f, const T* bias, std::size_t tokens, std::size_t 
 }  // namespace
 
 template <class T>
-void post_res_forward(const MhcProblem& pb, const plx_mhc_post_res_forward_args& a) {
+void CpuPrimitives<T>::post_res_forward(const MhcProblem& pb, const plx_mhc_post_res_forward_args& a) {
   const T* x = mhc_in<T>(a.x);
   const T* h_post = mhc_in<T>(a.h_post);
   T* y = mhc_out<T>(a.y);
@@ -59,7 +59,7 @@ void post_res_forward(const MhcProblem& pb, const plx_mhc_post_res_forward_args&
 }
 
 template <class T>
-void post_res_backward(const MhcProblem& pb, const plx_mhc_post_res_backward_args& a) {
+void CpuPrimitives<T>::post_res_backward(const MhcProblem& pb, const plx_mhc_post_res_backward_args& a) {
   const T* x = mhc_in<T>(a.x);
   const T* h_post = mhc_in<T>(a.h_post);
   const T* dy = mhc_in<T>(a.dy);
@@ -123,11 +123,7 @@ void post_res_backward(const MhcProblem& pb, const plx_mhc_post_res_backward_arg
     }
 }
 
-#define PLX_MHC_INSTANTIATE(T)                                                                \
-  template void post_res_forward<T>(const MhcProblem&, const plx_mhc_post_res_forward_args&); \
-  template void post_res_backward<T>(const MhcProblem&, const plx_mhc_post_res_backward_args&);
-PLX_MHC_INSTANTIATE(float)
-PLX_MHC_INSTANTIATE(double)
-#undef PLX_MHC_INSTANTIATE
+PLEXUS_MHC_INSTANTIATE_PAIR(CpuPrimitives, post_res, float);
+PLEXUS_MHC_INSTANTIATE_PAIR(CpuPrimitives, post_res, double);
 
 }  // namespace plexus::mhc_native

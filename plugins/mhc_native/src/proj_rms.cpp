@@ -51,7 +51,7 @@ RmsSteps<T> rms_steps(const T* x, int64_t tokens, int64_t row, double eps) {
 }  // namespace
 
 template <class T>
-void proj_rms_forward(const MhcProblem& p, const plx_mhc_proj_rms_forward_args& a) {
+void CpuPrimitives<T>::proj_rms_forward(const MhcProblem& p, const plx_mhc_proj_rms_forward_args& a) {
   if (p.tokens == 0) return;
   const int64_t row = p.streams * p.hidden;  // n*C values per token
   const T* x = mhc_in<T>(a.x);
@@ -66,7 +66,7 @@ void proj_rms_forward(const MhcProblem& p, const plx_mhc_proj_rms_forward_args& 
 }
 
 template <class T>
-void proj_rms_backward(const MhcProblem& p, const plx_mhc_proj_rms_backward_args& a) {
+void CpuPrimitives<T>::proj_rms_backward(const MhcProblem& p, const plx_mhc_proj_rms_backward_args& a) {
   if (p.tokens == 0) return;
   const int64_t row = p.streams * p.hidden;
   const T* x = mhc_in<T>(a.x);
@@ -107,11 +107,7 @@ void proj_rms_backward(const MhcProblem& p, const plx_mhc_proj_rms_backward_args
     for (std::size_t k = 0; k < width; ++k) dx[t * width + k] += d_mean[t] * scale * x[t * width + k];
 }
 
-#define PLX_MHC_INSTANTIATE(T)                                                                \
-  template void proj_rms_forward<T>(const MhcProblem&, const plx_mhc_proj_rms_forward_args&); \
-  template void proj_rms_backward<T>(const MhcProblem&, const plx_mhc_proj_rms_backward_args&);
-PLX_MHC_INSTANTIATE(float)
-PLX_MHC_INSTANTIATE(double)
-#undef PLX_MHC_INSTANTIATE
+PLEXUS_MHC_INSTANTIATE_PAIR(CpuPrimitives, proj_rms, float);
+PLEXUS_MHC_INSTANTIATE_PAIR(CpuPrimitives, proj_rms, double);
 
 }  // namespace plexus::mhc_native

@@ -136,7 +136,8 @@ struct DHPre {
 }  // namespace
 
 template <class A>
-void aggregate_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_aggregate_forward_args& a) {
+void CudaPrimitives<A>::aggregate_forward(Handle& handle, const MhcProblem& pb,
+                                          const plx_mhc_aggregate_forward_args& a) {
   if (pb.tokens == 0) return;
   using D = device_t<A>;
   const Forward<D> args{dev(mhc_in<A>(a.x)), mhc_in<float>(a.h_pre),      dev(mhc_out<A>(a.u)), pb.tokens,
@@ -150,7 +151,8 @@ void aggregate_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_aggre
 }
 
 template <class A>
-void aggregate_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_aggregate_backward_args& a) {
+void CudaPrimitives<A>::aggregate_backward(Handle& handle, const MhcProblem& pb,
+                                           const plx_mhc_aggregate_backward_args& a) {
   using D = device_t<A>;
   Backward<D> args{dev(mhc_in<A>(a.x)),
                    mhc_in<float>(a.h_pre),
@@ -199,10 +201,7 @@ void aggregate_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_aggr
   }
 }
 
-template void aggregate_forward<float>(Handle&, const MhcProblem&, const plx_mhc_aggregate_forward_args&);
-template void aggregate_forward<bfloat16>(Handle&, const MhcProblem&, const plx_mhc_aggregate_forward_args&);
-template void aggregate_backward<float>(Handle&, const MhcProblem&, const plx_mhc_aggregate_backward_args&);
-template void aggregate_backward<bfloat16>(Handle&, const MhcProblem&,
-                                           const plx_mhc_aggregate_backward_args&);
+PLEXUS_MHC_INSTANTIATE_PAIR_WITH(CudaPrimitives, aggregate, float, Handle&);
+PLEXUS_MHC_INSTANTIATE_PAIR_WITH(CudaPrimitives, aggregate, bfloat16, Handle&);
 
 }  // namespace plexus::mhc_fused::gpu

@@ -416,7 +416,9 @@ Logits logits_of(const MhcProblem& pb, const float* p, const float* r, const flo
 
 }  // namespace
 
-void mappings_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappings_forward_args& a) {
+template <class A>
+void CudaPrimitives<A>::mappings_forward(Handle& handle, const MhcProblem& pb,
+                                         const plx_mhc_mappings_forward_args& a) {
   if (pb.tokens == 0) return;
   const int64_t n = pb.streams;
   const int64_t per_token = in_registers(n) ? 0 : generic_floats(n);
@@ -441,7 +443,9 @@ void mappings_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappin
   }
 }
 
-void mappings_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappings_backward_args& a) {
+template <class A>
+void CudaPrimitives<A>::mappings_backward(Handle& handle, const MhcProblem& pb,
+                                          const plx_mhc_mappings_backward_args& a) {
   float* dp = mhc_out_if<float>(a.dp);
   float* dr = mhc_out_if<float>(a.dr);
   float* dalpha = mhc_out_if<float>(a.dalpha);
@@ -491,5 +495,7 @@ void mappings_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappi
     column_sums_into(stream, t.alpha_terms, pb.tokens, int64_t{3}, t.partials, dalpha,
                      "mhc_fused mappings': dalpha");
 }
+
+PLEXUS_MHC_INSTANTIATE_PAIR_WITH(CudaPrimitives, mappings, float, Handle&);
 
 }  // namespace plexus::mhc_fused::gpu

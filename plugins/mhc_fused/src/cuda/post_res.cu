@@ -352,7 +352,8 @@ struct DHPost {
 }  // namespace
 
 template <class A>
-void post_res_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_res_forward_args& a) {
+void CudaPrimitives<A>::post_res_forward(Handle& handle, const MhcProblem& pb,
+                                         const plx_mhc_post_res_forward_args& a) {
   if (pb.tokens == 0) return;
   using D = device_t<A>;
   const Forward<D> args{dev(mhc_in<A>(a.x)),
@@ -393,7 +394,8 @@ void post_res_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_r
 }
 
 template <class A>
-void post_res_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_res_backward_args& a) {
+void CudaPrimitives<A>::post_res_backward(Handle& handle, const MhcProblem& pb,
+                                          const plx_mhc_post_res_backward_args& a) {
   using D = device_t<A>;
   D* dbias = dev(mhc_out_if<A>(a.dbias));
   Backward<D> args{dev(mhc_in<A>(a.x)),
@@ -467,9 +469,7 @@ void post_res_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_
                      "mhc_fused post_res backward: dbias");
 }
 
-template void post_res_forward<float>(Handle&, const MhcProblem&, const plx_mhc_post_res_forward_args&);
-template void post_res_forward<bfloat16>(Handle&, const MhcProblem&, const plx_mhc_post_res_forward_args&);
-template void post_res_backward<float>(Handle&, const MhcProblem&, const plx_mhc_post_res_backward_args&);
-template void post_res_backward<bfloat16>(Handle&, const MhcProblem&, const plx_mhc_post_res_backward_args&);
+PLEXUS_MHC_INSTANTIATE_PAIR_WITH(CudaPrimitives, post_res, float, Handle&);
+PLEXUS_MHC_INSTANTIATE_PAIR_WITH(CudaPrimitives, post_res, bfloat16, Handle&);
 
 }  // namespace plexus::mhc_fused::gpu

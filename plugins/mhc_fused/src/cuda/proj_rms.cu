@@ -393,7 +393,8 @@ int64_t tiles_per_split(int64_t tiles, int64_t chunks) {
 }  // namespace
 
 template <class A>
-void proj_rms_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_proj_rms_forward_args& a) {
+void CudaPrimitives<A>::proj_rms_forward(Handle& handle, const MhcProblem& pb,
+                                         const plx_mhc_proj_rms_forward_args& a) {
   if (pb.tokens == 0) return;
   using D = device_t<A>;
   ForwardArgs<D> args{};
@@ -415,7 +416,8 @@ void proj_rms_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_proj_r
 }
 
 template <class A>
-void proj_rms_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_proj_rms_backward_args& a) {
+void CudaPrimitives<A>::proj_rms_backward(Handle& handle, const MhcProblem& pb,
+                                          const plx_mhc_proj_rms_backward_args& a) {
   using D = device_t<A>;
   D* dx = dev(mhc_out_if<A>(a.dx));
   float* dphi = mhc_out_if<float>(a.dphi);
@@ -477,9 +479,7 @@ void proj_rms_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_proj_
   }
 }
 
-template void proj_rms_forward<float>(Handle&, const MhcProblem&, const plx_mhc_proj_rms_forward_args&);
-template void proj_rms_forward<bfloat16>(Handle&, const MhcProblem&, const plx_mhc_proj_rms_forward_args&);
-template void proj_rms_backward<float>(Handle&, const MhcProblem&, const plx_mhc_proj_rms_backward_args&);
-template void proj_rms_backward<bfloat16>(Handle&, const MhcProblem&, const plx_mhc_proj_rms_backward_args&);
+PLEXUS_MHC_INSTANTIATE_PAIR_WITH(CudaPrimitives, proj_rms, float, Handle&);
+PLEXUS_MHC_INSTANTIATE_PAIR_WITH(CudaPrimitives, proj_rms, bfloat16, Handle&);
 
 }  // namespace plexus::mhc_fused::gpu

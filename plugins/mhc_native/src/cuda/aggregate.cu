@@ -42,7 +42,9 @@ struct DX {  // dx[t, j, k] += H_pre[t, j] * du[t, k]
 
 }  // namespace
 
-void aggregate_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_aggregate_forward_args& a) {
+template <class A>
+void CudaPrimitives<A>::aggregate_forward(Handle& handle, const MhcProblem& pb,
+                                          const plx_mhc_aggregate_forward_args& a) {
   const int64_t count = pb.tokens * pb.hidden;
   if (count == 0) return;
   cudaStream_t stream = handle.stream();
@@ -55,7 +57,9 @@ void aggregate_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_aggre
              "mhc_native aggregate: u += H_pre x");
 }
 
-void aggregate_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_aggregate_backward_args& a) {
+template <class A>
+void CudaPrimitives<A>::aggregate_backward(Handle& handle, const MhcProblem& pb,
+                                           const plx_mhc_aggregate_backward_args& a) {
   if (pb.tokens == 0) return;
   cudaStream_t stream = handle.stream();
   const float* x = mhc_in<float>(a.x);
@@ -67,5 +71,7 @@ void aggregate_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_aggr
     for_each(stream, pb.tokens * pb.streams * pb.hidden,
              DX{mhc_in<float>(a.h_pre), du, pb.streams, pb.hidden, dx}, "mhc_native aggregate': dx");
 }
+
+PLEXUS_MHC_INSTANTIATE_PAIR_WITH(CudaPrimitives, aggregate, float, Handle&);
 
 }  // namespace plexus::mhc_native::gpu

@@ -134,7 +134,9 @@ struct DP {  // dp[t, k] = dh * r * alpha
 
 }  // namespace
 
-void mappings_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappings_forward_args& a) {
+template <class A>
+void CudaPrimitives<A>::mappings_forward(Handle& handle, const MhcProblem& pb,
+                                         const plx_mhc_mappings_forward_args& a) {
   if (pb.tokens == 0) return;
   const int64_t n = pb.streams, w = pb.width, block = block_tokens(pb);
   struct Temps {
@@ -164,7 +166,9 @@ void mappings_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappin
   }
 }
 
-void mappings_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappings_backward_args& a) {
+template <class A>
+void CudaPrimitives<A>::mappings_backward(Handle& handle, const MhcProblem& pb,
+                                          const plx_mhc_mappings_backward_args& a) {
   if (pb.tokens == 0) return;
   const int64_t n = pb.streams, w = pb.width, block = block_tokens(pb);
   const float* p = mhc_in<float>(a.p);
@@ -217,5 +221,7 @@ void mappings_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_mappi
   if (dp != nullptr)
     for_each(stream, pb.tokens * w, DP{t.dh, r, alpha, w, n, dp}, "mhc_native mappings': dp");
 }
+
+PLEXUS_MHC_INSTANTIATE_PAIR_WITH(CudaPrimitives, mappings, float, Handle&);
 
 }  // namespace plexus::mhc_native::gpu

@@ -112,7 +112,9 @@ const float* f_plus_bias(cudaStream_t stream, const float* f, const float* bias,
 
 }  // namespace
 
-void post_res_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_res_forward_args& a) {
+template <class A>
+void CudaPrimitives<A>::post_res_forward(Handle& handle, const MhcProblem& pb,
+                                         const plx_mhc_post_res_forward_args& a) {
   if (pb.tokens == 0) return;
   const int64_t n = pb.streams, c = pb.hidden;
   const float* bias = mhc_in_if<float>(a.bias);
@@ -130,7 +132,9 @@ void post_res_forward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_r
            "mhc_native post_res: + H_post f");
 }
 
-void post_res_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_res_backward_args& a) {
+template <class A>
+void CudaPrimitives<A>::post_res_backward(Handle& handle, const MhcProblem& pb,
+                                          const plx_mhc_post_res_backward_args& a) {
   if (pb.tokens == 0) return;
   const int64_t n = pb.streams, c = pb.hidden;
   const float* x = mhc_in<float>(a.x);
@@ -173,5 +177,7 @@ void post_res_backward(Handle& handle, const MhcProblem& pb, const plx_mhc_post_
   if (dbias != nullptr)  // dbias += sum_t df[t]
     column_sums_into(stream, df, pb.tokens, c, t.partials, dbias, "mhc_native post_res': dbias");
 }
+
+PLEXUS_MHC_INSTANTIATE_PAIR_WITH(CudaPrimitives, post_res, float, Handle&);
 
 }  // namespace plexus::mhc_native::gpu

@@ -103,7 +103,9 @@ struct AddNormGradient {  // dx[t, k] += d_mean[t] * (2 / (n*C)) * x[t, k]
 
 }  // namespace
 
-void proj_rms_forward(Handle& handle, const MhcProblem& p, const plx_mhc_proj_rms_forward_args& a) {
+template <class A>
+void CudaPrimitives<A>::proj_rms_forward(Handle& handle, const MhcProblem& p,
+                                         const plx_mhc_proj_rms_forward_args& a) {
   if (p.tokens == 0) return;
   const int64_t row = p.streams * p.hidden;  // n*C values per token
   const float* x = mhc_in<float>(a.x);
@@ -117,7 +119,9 @@ void proj_rms_forward(Handle& handle, const MhcProblem& p, const plx_mhc_proj_rm
                                    mhc_in<float>(a.phi), p.width, 0.0f, mhc_out<float>(a.p), p.width);
 }
 
-void proj_rms_backward(Handle& handle, const MhcProblem& p, const plx_mhc_proj_rms_backward_args& a) {
+template <class A>
+void CudaPrimitives<A>::proj_rms_backward(Handle& handle, const MhcProblem& p,
+                                          const plx_mhc_proj_rms_backward_args& a) {
   if (p.tokens == 0) return;
   const int64_t row = p.streams * p.hidden;
   const float* x = mhc_in<float>(a.x);
@@ -155,5 +159,7 @@ void proj_rms_backward(Handle& handle, const MhcProblem& p, const plx_mhc_proj_r
   const float scale = 2.0f / static_cast<float>(row);  // d(mean) / dv = 2 v / (n*C)
   for_each(stream, p.tokens * row, AddNormGradient{t.d_mean, x, row, scale, dx}, "mhc_native proj_rms': dx");
 }
+
+PLEXUS_MHC_INSTANTIATE_PAIR_WITH(CudaPrimitives, proj_rms, float, Handle&);
 
 }  // namespace plexus::mhc_native::gpu
