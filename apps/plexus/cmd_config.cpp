@@ -77,7 +77,8 @@ int config_command(const std::vector<std::string>& args) {
     } else {
       std::cout << label << ": valid";
       std::cout << " (" << host.plugins().size() << " plugin" << (host.plugins().size() == 1 ? "" : "s") << " loaded";
-      for (const ComponentRef& ref : component_refs(run_config)) std::cout << "; " << ref.section << ": " << ref.name;
+      for (const ComponentRef& ref : component_refs(host, run_config))
+        std::cout << "; " << ref.section << ": " << ref.name;
       std::cout << ")\n";
     }
     return 0;

@@ -26,6 +26,16 @@ std::string abi_text(uint32_t version) {
   return std::to_string(PLX_VERSION_MAJOR(version)) + "." + std::to_string(PLX_VERSION_MINOR(version));
 }
 
+// "model.attention, model.mlp": the model keys a stack declares (checked when its plugin loaded).
+std::string model_keys(const Component& component) {
+  std::string keys;
+  const boost::json::value schema = boost::json::parse(component.model_schema);
+  if (const auto* properties = schema.as_object().if_contains("properties"))
+    for (const auto& [key, value] : properties->as_object())
+      keys += (keys.empty() ? "model." : ", model.") + std::string(key);
+  return keys.empty() ? "none" : keys;
+}
+
 struct Failure {
   std::string file;
   std::string message;
@@ -46,6 +56,8 @@ void print_text(const PluginHost& host, const std::vector<std::filesystem::path>
       std::string kind = kind_name(c->kind);
       kind.resize(std::max<std::size_t>(kind.size(), 15), ' ');
       std::cout << "  " << kind << c->name << (c->description.empty() ? "" : "  - " + c->description) << "\n";
+      if (!c->model_schema.empty())
+        std::cout << "  " << std::string(15, ' ') << "adds model keys: " << model_keys(*c) << "\n";
     }
   }
   for (const Failure& f : failures) std::cerr << "\nplexus: error: " << f.message << "\n";
@@ -74,6 +86,8 @@ void print_json(const PluginHost& host, const std::vector<std::filesystem::path>
       comp["name"] = c->name;
       comp["description"] = c->description;
       comp["config_schema"] = c->config_schema.empty() ? boost::json::value(nullptr) : boost::json::parse(c->config_schema);
+      comp["model_schema"] =
+          c->model_schema.empty() ? boost::json::value(nullptr) : boost::json::parse(c->model_schema);
       components.push_back(std::move(comp));
     }
     p["components"] = std::move(components);

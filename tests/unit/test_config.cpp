@@ -746,6 +746,27 @@ BOOST_AUTO_TEST_CASE(defaults_and_enums_are_checked) {
   CHECK_CONTAINS(schema_error(R"({"type": "string", "enum": []})"), "non-empty array");
 }
 
+// "component_kind" marks a component section: {"component": NAME, "options": {...}}.
+BOOST_AUTO_TEST_CASE(component_kind_marks_a_component_section) {
+  const auto schema = cfg::Schema::parse(
+      R"({"type": "object", "properties": {"block": {"type": "object", "component_kind": "layer", "properties": {
+            "component": {"type": "string", "default": "a.b"}, "options": {"type": "object", "default": {}}}}}})",
+      "t");
+  BOOST_TEST(schema.component_kind().empty());
+  BOOST_TEST(schema.property("block")->component_kind() == "layer");
+  CHECK_CONTAINS(schema_error(R"({"type": "object", "component_kind": 3})"),
+                 "at component_kind: expected a component kind name (string), got number 3");
+  CHECK_CONTAINS(schema_error(R"({"type": ["object", "null"], "component_kind": "layer"})"),
+                 "keyword 'component_kind' needs type \"object\" alone");
+  CHECK_CONTAINS(schema_error(R"({"type": "object", "component_kind": "layer",
+                                  "properties": {"component": {"type": "string"}}})"),
+                 "a component section declares the properties \"component\" (a string) and \"options\"");
+  // Validation treats it as any object.
+  boost::json::value v = boost::json::parse(R"({"block": {}})");
+  cfg::validate(v, schema);
+  BOOST_TEST(v.at("block").at("component") == "a.b");
+}
+
 BOOST_AUTO_TEST_CASE(required_must_be_declared) {
   BOOST_TEST(
       schema_error(

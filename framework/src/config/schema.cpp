@@ -34,9 +34,10 @@ constexpr unsigned bit(JsonType t) {
 
 const std::vector<std::string>& keywords() {
   static const std::vector<std::string> names{
-      "type",    "doc",        "default",           "enum",
-      "minimum", "maximum",    "exclusive_minimum", "exclusive_maximum",
-      "items",   "properties", "required",          "additional_properties"};
+      "type",          "doc",        "default",           "enum",
+      "minimum",       "maximum",    "exclusive_minimum", "exclusive_maximum",
+      "items",         "properties", "required",          "additional_properties",
+      "component_kind"};
   return names;
 }
 
@@ -74,6 +75,7 @@ struct Schema::Node {
   std::vector<std::string> required;
   bool additional = false;
   std::optional<Schema> additional_schema;
+  std::string component_kind;
   bool fillable = false;
 };
 
@@ -114,6 +116,7 @@ class SchemaParser {
     parse_bounds(obj, at, *node);
     parse_items(obj, at, *node);
     parse_object_keywords(obj, at, *node);
+    parse_component_kind(obj, at, *node);
     parse_enum(obj, at, node);
     parse_default(obj, at, node);
     node->fillable = compute_fillable(*node);
@@ -248,6 +251,27 @@ class SchemaParser {
         node.required.push_back(std::move(name));
       }
     }
+  }
+
+  // A component section: {"component": NAME, "options": {...}}. Which kind names are valid is the
+  // plugin host's business; here only the shape that makes the annotation usable is checked.
+  void parse_component_kind(const boost::json::object& obj, const std::string& at, Node& node) const {
+    const boost::json::value* kind = obj.if_contains("component_kind");
+    if (kind == nullptr) return;
+    const std::string kind_at = join_path(at, "component_kind");
+    if (!kind->is_string() || kind->get_string().empty())
+      fail(kind_at, "expected a component kind name (string), got " + describe(*kind));
+    if (node.types != bit(JsonType::object))
+      fail(kind_at, R"(keyword 'component_kind' needs type "object" alone)");
+    const auto declared = [&](std::string_view name, JsonType type) {
+      return std::any_of(node.properties.begin(), node.properties.end(), [&](const SchemaProperty& p) {
+        return p.name == name && !p.schema.allows_any_type() && p.schema.allows(type);
+      });
+    };
+    if (!declared("component", JsonType::string) || !declared("options", JsonType::object))
+      fail(kind_at,
+           R"(a component section declares the properties "component" (a string) and "options" (an object))");
+    node.component_kind = std::string(kind->get_string());
   }
 
   // Enum entries must satisfy the rest of the schema, or they could never be chosen.
@@ -398,6 +422,9 @@ bool Schema::allows_additional_properties() const noexcept {
 }
 const Schema* Schema::additional_properties_schema() const noexcept {
   return node_->additional_schema ? &*node_->additional_schema : nullptr;
+}
+const std::string& Schema::component_kind() const noexcept {
+  return node_->component_kind;
 }
 bool Schema::fillable() const noexcept {
   return node_->fillable;

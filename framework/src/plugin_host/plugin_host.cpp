@@ -1,7 +1,9 @@
 // Loading a plugin, step by step; each step that can fail says which file and what.
 #include "plexus/core/plugin_host.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -62,64 +64,43 @@ bool pointer_field_set(const std::uintptr_t* table, std::size_t end) {
   return fn != nullptr;
 }
 
-}  // namespace
-
-struct PluginHost::Loaded {
-  boost::dll::shared_library library;  // declared first: unloaded last
-  PluginRecord record;
-  plx_plugin_descriptor descriptor{};
-  std::vector<std::unique_ptr<std::uintptr_t[]>> tables;
-  std::vector<std::unique_ptr<Component>> components;
-  bool initialized = false;
-
-  ~Loaded() {
-    if (initialized && descriptor.shutdown != nullptr) descriptor.shutdown();
-  }
+// A plugin library opened and its descriptor read and checked up to the ABI version: load()'s steps
+// 1 and 2, which peek() shares.
+struct OpenedPlugin {
+  boost::dll::shared_library library;
+  const plx_host_api* host_table = nullptr;
+  plx_plugin_descriptor descriptor{};  // zero-extended to this host's layout
+  uint32_t abi_version = 0;
 };
 
-PluginHost::PluginHost() : services_(std::make_unique<HostServices>()) {}
+using ErrorFactory = std::function<PluginError(const std::string&)>;
 
-PluginHost::~PluginHost() {
-  while (!loaded_.empty()) loaded_.pop_back();  // reverse load order
-}
-
-HostServices& PluginHost::services() noexcept { return *services_; }
-HostServices& PluginHost::services() const noexcept { return *services_; }
-
-const PluginRecord& PluginHost::load(const fs::path& requested, const LoadOptions& options) {
+OpenedPlugin open_plugin(const fs::path& file, const LoadOptions& options, HostServices& services,
+                         const ErrorFactory& error) {
   std::error_code ec;
-  fs::path file = fs::absolute(requested, ec);
-  if (ec) file = requested;
-  const std::string name = file.string();
-  const auto error = [&](const std::string& message) { return PluginError(name, "plugin '" + name + "': " + message); };
-
   if (!fs::exists(file, ec)) throw error("file does not exist");
   if (!fs::is_regular_file(file, ec)) throw error("not a regular file");
   if (!options.allow_world_writable) detail::check_not_world_writable(file);
-  for (const auto& other : loaded_)
-    if (fs::equivalent(other->record.file, file, ec))
-      throw error("already loaded (as plugin '" + other->record.name + "')");
 
-  auto loaded = std::make_unique<Loaded>();
-  loaded->library = detail::open_library(file);
-  loaded->record.file = file;
+  OpenedPlugin opened;
+  opened.library = detail::open_library(file);
 
   // 1. The entry point.
-  if (!loaded->library.has(PLX_ENTRY_SYMBOL)) {
+  if (!opened.library.has(PLX_ENTRY_SYMBOL)) {
     std::string hint;
     for (int major = 0; major <= 9; ++major) {
       const std::string other = "plexus_plugin_entry_v" + std::to_string(major);
-      if (other != PLX_ENTRY_SYMBOL && loaded->library.has(other)) hint = " (it exports " + other + ")";
+      if (other != PLX_ENTRY_SYMBOL && opened.library.has(other)) hint = " (it exports " + other + ")";
     }
-    throw error(std::string("not a Plexus plugin: it does not export the entry symbol ") +
-                PLX_ENTRY_SYMBOL + hint);
+    throw error(std::string("not a Plexus plugin: it does not export the entry symbol ") + PLX_ENTRY_SYMBOL +
+                hint);
   }
-  const auto entry = loaded->library.get<plx_status(const plx_host_api*, const plx_plugin_descriptor**)>(
-      PLX_ENTRY_SYMBOL);
-  const plx_host_api* host_table = services_->table_for(file.stem().string());
+  const auto entry =
+      opened.library.get<plx_status(const plx_host_api*, const plx_plugin_descriptor**)>(PLX_ENTRY_SYMBOL);
+  opened.host_table = services.table_for(file.stem().string());
   const plx_plugin_descriptor* raw = nullptr;
   HostServices::clear_last_error();
-  if (const plx_status status = entry(host_table, &raw); status != PLX_OK)
+  if (const plx_status status = entry(opened.host_table, &raw); status != PLX_OK)
     throw error(std::string("entry point failed: ") + plx_status_name(status) + ": " +
                 HostServices::take_last_error());
   if (raw == nullptr) throw error("entry point returned no descriptor");
@@ -142,6 +123,169 @@ const PluginRecord& PluginHost::load(const fs::path& requested, const LoadOption
                 "; upgrade Plexus or rebuild the plugin for ABI " + version_string(PLX_ABI_VERSION));
   if (!valid_name(descriptor.name))
     throw error("invalid plugin name '" + text_or_empty(descriptor.name) + "' (use letters, digits, '_', '.', '-')");
+  if (descriptor.component_count > 0 && descriptor.components == nullptr)
+    throw error("descriptor lists " + std::to_string(descriptor.component_count) +
+                " components but no array");
+  if (descriptor.component_count > 4096) throw error("descriptor lists an implausible number of components");
+  opened.descriptor = descriptor;
+  opened.abi_version = plugin_abi;
+  return opened;
+}
+
+// Component #i of a descriptor that open_plugin accepted, zero-extended, with a valid name.
+plx_component_desc read_component(const plx_plugin_descriptor& descriptor, uint32_t i,
+                                  const ErrorFactory& error) {
+  const plx_component_desc* raw_desc = descriptor.components[i];
+  const std::string where = "component #" + std::to_string(i);
+  if (raw_desc == nullptr) throw error(where + " is NULL");
+  if (raw_desc->struct_size < PLX_FIELD_END(plx_component_desc, table))
+    throw error(where + " has a malformed descriptor (struct_size " + std::to_string(raw_desc->struct_size) +
+                ")");
+  plx_component_desc desc = read_struct(raw_desc);
+  if (!valid_name(desc.name))
+    throw error(where + " has an invalid name '" + text_or_empty(desc.name) +
+                "' (use letters, digits, '_', '.', '-')");
+  return desc;
+}
+
+// Every "component_kind" in a schema must name a kind this host knows, or the run config's checks
+// could not look the component up.
+void check_component_kinds(const config::Schema& schema, const std::string& at, const ErrorFactory& error) {
+  if (!schema.component_kind().empty() && !kind_from_name(schema.component_kind()))
+    throw error("at " + (at.empty() ? std::string("the top") : at) + ": unknown component_kind '" +
+                schema.component_kind() + "'; this host knows: " + detail::known_kinds_list());
+  for (const config::SchemaProperty& p : schema.properties())
+    check_component_kinds(p.schema, config::join_path(at, p.name), error);
+}
+
+constexpr config::JsonType kNonObjectTypes[] = {config::JsonType::null,    config::JsonType::boolean,
+                                                config::JsonType::integer, config::JsonType::number,
+                                                config::JsonType::string,  config::JsonType::array};
+
+// The model schema's text, checked: the subset of JSON Schema, an object's, with known kinds.
+std::string checked_model_schema(const plx_component_desc& desc, const std::string& label,
+                                 const ErrorFactory& error) {
+  if (desc.struct_size < PLX_FIELD_END(plx_component_desc, model_schema) || desc.model_schema == nullptr)
+    return {};
+  std::string text = desc.model_schema;
+  const ErrorFactory invalid = [&](const std::string& message) {
+    return error(label + " has an invalid model schema: " + message);
+  };
+  try {
+    const config::Schema schema = config::Schema::parse(text, "model schema of " + label);
+    using config::JsonType;
+    const bool object_alone = !schema.allows_any_type() && schema.allows(JsonType::object) &&
+                              std::none_of(std::begin(kNonObjectTypes), std::end(kNonObjectTypes),
+                                           [&](JsonType t) { return schema.allows(t); });
+    if (!object_alone)
+      throw invalid("it must be of type \"object\" alone: it describes keys of the model section");
+    check_component_kinds(schema, "", invalid);
+  } catch (const std::invalid_argument& e) {
+    throw invalid(e.what());
+  }
+  return text;
+}
+
+}  // namespace
+
+bool PluginSummary::provides(uint32_t kind, std::string_view component_name) const {
+  return std::any_of(components.begin(), components.end(), [&](const auto& component) {
+    return component.first == kind && component.second == component_name;
+  });
+}
+
+struct PluginHost::Loaded {
+  boost::dll::shared_library library;  // declared first: unloaded last
+  PluginRecord record;
+  plx_plugin_descriptor descriptor{};
+  std::vector<std::unique_ptr<std::uintptr_t[]>> tables;
+  std::vector<std::unique_ptr<Component>> components;
+  bool initialized = false;
+
+  ~Loaded() {
+    if (initialized && descriptor.shutdown != nullptr) descriptor.shutdown();
+  }
+};
+
+// A library read by peek(): open for the host's lifetime, never initialized.
+struct PluginHost::Peeked {
+  boost::dll::shared_library library;
+  PluginSummary summary;
+};
+
+PluginHost::PluginHost() : services_(std::make_unique<HostServices>()) {}
+
+PluginHost::~PluginHost() {
+  while (!loaded_.empty()) loaded_.pop_back();  // reverse load order
+  while (!peeked_.empty()) peeked_.pop_back();
+}
+
+HostServices& PluginHost::services() noexcept {
+  return *services_;
+}
+HostServices& PluginHost::services() const noexcept {
+  return *services_;
+}
+
+const PluginSummary& PluginHost::peek(const fs::path& requested, const LoadOptions& options) {
+  std::error_code ec;
+  fs::path file = fs::absolute(requested, ec);
+  if (ec) file = requested;
+  for (const auto& peeked : peeked_)
+    if (fs::equivalent(peeked->summary.file, file, ec)) return peeked->summary;
+  auto peeked = std::make_unique<Peeked>();
+  // A loaded plugin is described from its registration: calling its entry again would hand it a
+  // second host table, which a C++ plugin would then use for its log lines.
+  for (const auto& loaded : loaded_)
+    if (fs::equivalent(loaded->record.file, file, ec)) {
+      peeked->summary.file = loaded->record.file;
+      peeked->summary.name = loaded->record.name;
+      peeked->summary.version = loaded->record.version;
+      peeked->summary.abi_version = loaded->record.abi_version;
+      for (const auto& component : loaded->components)
+        peeked->summary.components.emplace_back(component->kind, component->name);
+      peeked_.push_back(std::move(peeked));
+      return peeked_.back()->summary;
+    }
+  const std::string name = file.string();
+  const ErrorFactory error = [&](const std::string& message) {
+    return PluginError(name, "plugin '" + name + "': " + message);
+  };
+  OpenedPlugin opened = open_plugin(file, options, *services_, error);
+  peeked->summary.file = file;
+  peeked->summary.name = opened.descriptor.name;
+  peeked->summary.version = text_or_empty(opened.descriptor.version);
+  peeked->summary.abi_version = opened.abi_version;
+  for (uint32_t i = 0; i < opened.descriptor.component_count; ++i) {
+    const plx_component_desc desc = read_component(opened.descriptor, i, error);
+    peeked->summary.components.emplace_back(desc.kind, desc.name);
+  }
+  peeked->library = std::move(opened.library);
+  peeked_.push_back(std::move(peeked));
+  return peeked_.back()->summary;
+}
+
+const PluginRecord& PluginHost::load(const fs::path& requested, const LoadOptions& options) {
+  std::error_code ec;
+  fs::path file = fs::absolute(requested, ec);
+  if (ec) file = requested;
+  const std::string name = file.string();
+  const ErrorFactory error = [&](const std::string& message) {
+    return PluginError(name, "plugin '" + name + "': " + message);
+  };
+
+  for (const auto& other : loaded_)
+    if (fs::equivalent(other->record.file, file, ec))
+      throw error("already loaded (as plugin '" + other->record.name + "')");
+
+  // 1 and 2: the file, the library, its entry point and ABI version.
+  OpenedPlugin opened = open_plugin(file, options, *services_, error);
+  auto loaded = std::make_unique<Loaded>();
+  loaded->library = std::move(opened.library);
+  loaded->record.file = file;
+  const plx_plugin_descriptor& descriptor = opened.descriptor;
+  const plx_host_api* host_table = opened.host_table;
+  const uint32_t plugin_abi = opened.abi_version;
   loaded->descriptor = descriptor;
   loaded->record.name = descriptor.name;
   loaded->record.version = text_or_empty(descriptor.version);
@@ -155,20 +299,9 @@ const PluginRecord& PluginHost::load(const fs::path& requested, const LoadOption
                   other->record.file.string() + "'");
 
   // 3. The components: all are checked before any is registered.
-  if (descriptor.component_count > 0 && descriptor.components == nullptr)
-    throw error("descriptor lists " + std::to_string(descriptor.component_count) + " components but no array");
-  if (descriptor.component_count > 4096) throw error("descriptor lists an implausible number of components");
   std::set<std::pair<uint32_t, std::string>> seen;
   for (uint32_t i = 0; i < descriptor.component_count; ++i) {
-    const plx_component_desc* raw_desc = descriptor.components[i];
-    const std::string where = "component #" + std::to_string(i);
-    if (raw_desc == nullptr) throw error(where + " is NULL");
-    if (raw_desc->struct_size < PLX_FIELD_END(plx_component_desc, table))
-      throw error(where + " has a malformed descriptor (struct_size " + std::to_string(raw_desc->struct_size) + ")");
-    const plx_component_desc desc = read_struct(raw_desc);
-    if (!valid_name(desc.name))
-      throw error(where + " has an invalid name '" + text_or_empty(desc.name) +
-                  "' (use letters, digits, '_', '.', '-')");
+    const plx_component_desc desc = read_component(descriptor, i, error);
     const std::string cname = desc.name;
     const detail::KindInfo* kind = detail::kind_info(desc.kind);
     if (kind == nullptr)
@@ -199,6 +332,8 @@ const PluginRecord& PluginHost::load(const fs::path& requested, const LoadOption
     component->name = cname;
     component->description = text_or_empty(desc.description);
     component->config_schema = std::move(schema_text);
+    component->model_schema = checked_model_schema(desc, label, error);
+    component->declares_model_keys = desc.struct_size >= PLX_FIELD_END(plx_component_desc, model_schema);
     component->plugin = &loaded->record;
     component->table = table.get();
     component->table_size = std::min<uint32_t>(table_size, static_cast<uint32_t>(kind->table_size));

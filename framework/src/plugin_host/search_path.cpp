@@ -55,6 +55,16 @@ std::vector<fs::path> plugin_files_in(const fs::path& dir) {
   return files;
 }
 
+std::vector<fs::path> plexus_plugin_files_in(const fs::path& dir) {
+  constexpr std::string_view prefix = "libplexus_";
+  std::vector<fs::path> files = plugin_files_in(dir);
+  std::erase_if(files, [&](const fs::path& file) {
+    const std::string stem = file.stem().string();
+    return stem.size() <= prefix.size() || stem.compare(0, prefix.size(), prefix) != 0;
+  });
+  return files;
+}
+
 fs::path resolve_plugin(std::string_view reference, const std::vector<fs::path>& search_path) {
   const std::string ref(reference);
   if (ref.find('/') != std::string::npos || fs::path(ref).extension() == ".so") return fs::path(ref);

@@ -39,9 +39,98 @@ constexpr const char* kSchema = R"({
   }
 })";
 
+// The model keys this stack reads, declared so that the host checks them (unknown keys, types,
+// defaults) like its own: the layer of each built-in pattern symbol, '*' model.attention, '-'
+// model.mlp, 'M' model.mamba, 'E' model.moe (symbols.cpp), and the GPT's model.moe.layer_freq
+// (stack.cpp). "component_kind" makes attention and mlp component sections, whose options the host
+// validates and fills whenever a config is checked (the GPT's layers; checkpoints' saved configs
+// have always held them filled); mamba's and moe's options are validated when the decoder has such
+// a layer (their plugins load only then), through this stack's description, and kept as written.
+constexpr const char* kModelSchema = R"({
+  "type": "object",
+  "properties": {
+    "attention": {
+      "type": "object",
+      "doc": "Self-attention sublayer (with its pre-norm).",
+      "component_kind": "layer",
+      "properties": {
+        "component": {
+          "type": "string",
+          "default": "transformer.attention",
+          "doc": "A layer component."
+        },
+        "options": {
+          "type": "object",
+          "additional_properties": true,
+          "default": {},
+          "doc": "Validated against the component's own schema."
+        }
+      }
+    },
+    "mlp": {
+      "type": "object",
+      "doc": "MLP sublayer (with its pre-norm).",
+      "component_kind": "layer",
+      "properties": {
+        "component": {
+          "type": "string",
+          "default": "transformer.mlp",
+          "doc": "A layer component."
+        },
+        "options": {
+          "type": "object",
+          "additional_properties": true,
+          "default": {},
+          "doc": "Validated against the component's own schema."
+        }
+      }
+    },
+    "mamba": {
+      "type": "object",
+      "doc": "The layer of the pattern symbol M: Mamba-2 with its pre-norm.",
+      "properties": {
+        "component": {
+          "type": "string",
+          "default": "mamba.mixer",
+          "doc": "A layer component."
+        },
+        "options": {
+          "type": "object",
+          "additional_properties": true,
+          "default": {},
+          "doc": "Validated against the component's own schema when the pattern uses M."
+        }
+      }
+    },
+    "moe": {
+      "type": "object",
+      "doc": "The layer of the pattern symbol E: a mixture-of-experts MLP with its pre-norm (plugins/moe).",
+      "properties": {
+        "component": {
+          "type": "string",
+          "default": "moe.layer",
+          "doc": "A layer component."
+        },
+        "options": {
+          "type": "object",
+          "additional_properties": true,
+          "default": {},
+          "doc": "Validated against the component's own schema when the decoder has an MoE layer."
+        },
+        "layer_freq": {
+          "type": "integer",
+          "minimum": 0,
+          "default": 0,
+          "doc": "The GPT (no model.pattern) only: every layer_freq-th layer's MLP is an MoE layer, starting with layer 0 (Megatron-LM's moe_layer_freq); 0: none. With a pattern, E marks the MoE layers."
+        }
+      }
+    }
+  }
+})";
+
 const plx_component_desc kHybridStack = plexus::sdk::stack_component<HybridStack>(
     "hybrid_stack", "decoder layers from a hybrid layer pattern (M * - E, [ ] groups, | segments, / MTP)",
-    kSchema);
+    kSchema, kModelSchema);
 
 }  // namespace
 

@@ -255,13 +255,14 @@ static const char kConfigSchema[] =
     "   \"negative_slope\": {\"type\": \"number\", \"default\": 0.01, \"minimum\": 0,"
     "                        \"doc\": \"slope for x <= 0 (0 gives a plain ReLU)\"}}}";
 
+/* Designated initializers: fields a newer SDK appends (model_schema in 1.6) stay NULL silently. */
 static const plx_component_desc kLeakyRelu = {
-    (uint32_t)sizeof(plx_component_desc),
-    PLX_KIND_LAYER,
-    "example.c_leaky_relu",
-    "leaky ReLU written in plain C (fp32, CPU)",
-    kConfigSchema,
-    &kLeakyReluTable,
+    .struct_size = (uint32_t)sizeof(plx_component_desc),
+    .kind = PLX_KIND_LAYER,
+    .name = "example.c_leaky_relu",
+    .description = "leaky ReLU written in plain C (fp32, CPU)",
+    .config_schema = kConfigSchema,
+    .table = &kLeakyReluTable,
 };
 
 static const plx_component_desc* const kComponents[] = {&kLeakyRelu};

@@ -26,6 +26,16 @@ extern "C" {
 #define PLX_KIND_DATA_PARALLEL 7  /* plx_data_parallel_v1 (plexus/data_parallel.h), since ABI 1.5 */
 #define PLX_KIND_LAST PLX_KIND_DATA_PARALLEL
 
+/* Fields appended to plx_component_desc after ABI 1.5 are NULL by default in C++, so that a C++
+ * plugin whose source fills the struct positionally for an older SDK still compiles without
+ * -Wmissing-field-initializers (the layout is the same in C and C++). C sources use designated
+ * initializers, which leave new fields NULL silently (docs/abi.md, "Source compatibility"). */
+#if defined(__cplusplus) && __cplusplus >= 201402L /* an aggregate keeps such defaults since C++14 */
+#define PLX_APPENDED_NULL = nullptr
+#else
+#define PLX_APPENDED_NULL
+#endif
+
 typedef struct plx_component_desc {
   uint32_t struct_size;
   uint32_t kind;             /* PLX_KIND_* */
@@ -33,6 +43,15 @@ typedef struct plx_component_desc {
   const char* description;   /* one line, shown by `plexus plugins list` */
   const char* config_schema; /* JSON schema of the component's config section, or NULL (docs/config.md) */
   const void* table;         /* the kind's function table; it starts with uint32_t struct_size */
+  /* Since ABI 1.6, optional: the JSON schema (the subset of docs/config.md) of the keys this
+   * component adds to the run config's "model" section, an object schema whose "properties" the
+   * host adds to its own model keys: unknown keys, types, bounds and defaults are then checked and
+   * filled like the framework's, with messages naming the full path ("model.moe.layer_freq"). The
+   * host reads it for the model's stack component (PLX_KIND_STACK, model.stack.component), which
+   * receives the model section; other kinds leave it NULL. NULL: the component adds no keys. A
+   * component built against an older SDK has no such field: the host reads NULL and, not knowing
+   * which keys such a stack reads, passes the model's keys it does not know through unchecked. */
+  const char* model_schema PLX_APPENDED_NULL;
 } plx_component_desc;
 
 typedef struct plx_plugin_descriptor {
@@ -63,7 +82,8 @@ typedef plx_status (*plx_entry_fn)(const plx_host_api* host, const plx_plugin_de
 
 PLX_PIN_OFFSET(plx_component_desc, name, 8);
 PLX_PIN_OFFSET(plx_component_desc, table, 32);
-PLX_PIN_SIZE(plx_component_desc, 40);
+PLX_PIN_OFFSET(plx_component_desc, model_schema, 40); /* ABI 1.6 */
+PLX_PIN_SIZE(plx_component_desc, 48);
 PLX_PIN_OFFSET(plx_plugin_descriptor, abi_version, 4);
 PLX_PIN_OFFSET(plx_plugin_descriptor, name, 16);
 PLX_PIN_OFFSET(plx_plugin_descriptor, components, 40);

@@ -77,11 +77,19 @@ static const plx_scheduler_v1 sequential_table = {
 /* ---- the descriptor --------------------------------------------------------------------------- */
 
 static const plx_component_desc scale_component = {
-    sizeof(plx_component_desc), PLX_KIND_LAYER, "fixture.c_scale", "y = w * x, written in C", NULL,
-    &fixture_scale_layer};
+    .struct_size = sizeof(plx_component_desc),
+    .kind = PLX_KIND_LAYER,
+    .name = "fixture.c_scale",
+    .description = "y = w * x, written in C",
+    .table = &fixture_scale_layer,
+};
 static const plx_component_desc sequential_component = {
-    sizeof(plx_component_desc), PLX_KIND_SCHEDULER, "fixture.c_sequential",
-    "each microbatch forward then backward, written in C", NULL, &sequential_table};
+    .struct_size = sizeof(plx_component_desc),
+    .kind = PLX_KIND_SCHEDULER,
+    .name = "fixture.c_sequential",
+    .description = "each microbatch forward then backward, written in C",
+    .table = &sequential_table,
+};
 static const plx_component_desc* const components[] = {&scale_component, &sequential_component};
 
 static const plx_plugin_descriptor descriptor = {

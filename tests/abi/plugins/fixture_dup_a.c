@@ -5,8 +5,12 @@
 #include "scale_layer.h"
 
 static const plx_component_desc dup_component = {
-    sizeof(plx_component_desc), PLX_KIND_LAYER, "fixture.dup", "the scale layer, first of two", NULL,
-    &fixture_scale_layer};
+    .struct_size = sizeof(plx_component_desc),
+    .kind = PLX_KIND_LAYER,
+    .name = "fixture.dup",
+    .description = "the scale layer, first of two",
+    .table = &fixture_scale_layer,
+};
 static const plx_component_desc* const components[] = {&dup_component};
 
 static const plx_plugin_descriptor descriptor = {

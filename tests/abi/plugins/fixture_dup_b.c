@@ -7,11 +7,19 @@
 #include "scale_layer.h"
 
 static const plx_component_desc unique_component = {
-    sizeof(plx_component_desc), PLX_KIND_LAYER, "fixture.dup_b_only", "the scale layer, unique name", NULL,
-    &fixture_scale_layer};
+    .struct_size = sizeof(plx_component_desc),
+    .kind = PLX_KIND_LAYER,
+    .name = "fixture.dup_b_only",
+    .description = "the scale layer, unique name",
+    .table = &fixture_scale_layer,
+};
 static const plx_component_desc dup_component = {
-    sizeof(plx_component_desc), PLX_KIND_LAYER, "fixture.dup", "the scale layer, second of two", NULL,
-    &fixture_scale_layer};
+    .struct_size = sizeof(plx_component_desc),
+    .kind = PLX_KIND_LAYER,
+    .name = "fixture.dup",
+    .description = "the scale layer, second of two",
+    .table = &fixture_scale_layer,
+};
 static const plx_component_desc* const components[] = {&unique_component, &dup_component};
 
 static const plx_plugin_descriptor descriptor = {

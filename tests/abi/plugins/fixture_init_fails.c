@@ -11,8 +11,12 @@ static plx_status refuse(const plx_host_api* host) {
 }
 
 static const plx_component_desc licensed_component = {
-    sizeof(plx_component_desc), PLX_KIND_LAYER, "fixture.licensed", "the scale layer, behind a license", NULL,
-    &fixture_scale_layer};
+    .struct_size = sizeof(plx_component_desc),
+    .kind = PLX_KIND_LAYER,
+    .name = "fixture.licensed",
+    .description = "the scale layer, behind a license",
+    .table = &fixture_scale_layer,
+};
 static const plx_component_desc* const components[] = {&licensed_component};
 
 static const plx_plugin_descriptor descriptor = {

@@ -19,8 +19,12 @@ static const plx_layer_v1 incomplete_table = {
 };
 
 static const plx_component_desc incomplete_component = {
-    sizeof(plx_component_desc), PLX_KIND_LAYER, "fixture.incomplete", "a layer without forward", NULL,
-    &incomplete_table};
+    .struct_size = sizeof(plx_component_desc),
+    .kind = PLX_KIND_LAYER,
+    .name = "fixture.incomplete",
+    .description = "a layer without forward",
+    .table = &incomplete_table,
+};
 static const plx_component_desc* const components[] = {&incomplete_component};
 
 static const plx_plugin_descriptor descriptor = {

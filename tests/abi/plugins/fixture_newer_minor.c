@@ -64,9 +64,15 @@ static const next_layer_table layer_table = {
 };
 
 static const next_component_desc scale_component = {
-    {sizeof(next_component_desc), PLX_KIND_LAYER, "fixture.newer_scale", "y = w * x, from a newer SDK", NULL,
-     &layer_table},
-    PLX_DEVICE_BIT(kDLCPU),
+    .base =
+        {
+            .struct_size = sizeof(next_component_desc),
+            .kind = PLX_KIND_LAYER,
+            .name = "fixture.newer_scale",
+            .description = "y = w * x, from a newer SDK",
+            .table = &layer_table,
+        },
+    .device_mask = PLX_DEVICE_BIT(kDLCPU),
 };
 static const plx_component_desc* const components[] = {&scale_component.base};
 

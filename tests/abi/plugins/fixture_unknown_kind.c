@@ -13,7 +13,12 @@ typedef struct mystery_table {
 static const mystery_table table = {sizeof(mystery_table), 0};
 
 static const plx_component_desc mystery_component = {
-    sizeof(plx_component_desc), 99, "fixture.mystery", "a component of an unknown kind", NULL, &table};
+    .struct_size = sizeof(plx_component_desc),
+    .kind = 99,
+    .name = "fixture.mystery",
+    .description = "a component of an unknown kind",
+    .table = &table,
+};
 static const plx_component_desc* const components[] = {&mystery_component};
 
 static const plx_plugin_descriptor descriptor = {

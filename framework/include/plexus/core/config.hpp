@@ -141,7 +141,8 @@ struct SchemaProperty;
 //   { "type": "object", "doc": "...",
 //     "properties": { "<key>": <schema>, ... },
 //     "required": ["key", ...],
-//     "additional_properties": false | true | <schema> }   // default false
+//     "additional_properties": false | true | <schema>,    // default false
+//     "component_kind": "layer" }   // a component section, see component_kind()
 //   { "type": "integer"|"number"|"boolean"|"string"|"array"|"object"|"null"|"any",
 //     "default": <value>, "minimum": x, "maximum": y,
 //     "exclusive_minimum": x, "exclusive_maximum": y,
@@ -182,6 +183,11 @@ class Schema {
   [[nodiscard]] bool allows_additional_properties() const noexcept;
   // Schema unknown keys must satisfy; nullptr when true/false.
   [[nodiscard]] const Schema* additional_properties_schema() const noexcept;
+  // The kind ("layer", "scheduler", ...) of the component an object of this schema names, or empty.
+  // "component_kind" marks a component section, {"component": NAME, "options": {...}} (both
+  // properties must be declared): validate() treats it as any object, and the run config's checks
+  // look the component up once the plugins are loaded and validate "options" against its schema.
+  [[nodiscard]] const std::string& component_kind() const noexcept;
   // True for an object-only schema that validation creates when it is missing
   // because its properties have defaults and nothing required lacks one.
   [[nodiscard]] bool fillable() const noexcept;

@@ -7,6 +7,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "plexus/core/errors.hpp"
@@ -39,6 +41,12 @@ struct Component {
   std::string name;
   std::string description;
   std::string config_schema;  // JSON text, empty when the component takes no config
+  // The keys it adds to the run config's model section (plx_component_desc.model_schema, ABI 1.6):
+  // JSON text of an object schema, checked when the plugin loaded; empty when it adds none.
+  std::string model_schema;
+  // Its plugin's SDK has the model_schema field (ABI 1.6 or newer), so an empty one means "adds no
+  // keys"; a stack built before cannot say which model keys it reads.
+  bool declares_model_keys = false;
   const PluginRecord* plugin = nullptr;
   const void* table = nullptr;
   uint32_t table_size = 0;  // what both sides know: min(plugin struct_size, host sizeof)
@@ -47,6 +55,17 @@ struct Component {
   const Table& as() const {
     return *static_cast<const Table*>(table);
   }
+};
+
+// What a plugin file says about itself, read without registering or initializing it (PluginHost::peek).
+struct PluginSummary {
+  std::filesystem::path file;
+  std::string name;
+  std::string version;
+  uint32_t abi_version = 0;
+  std::vector<std::pair<uint32_t, std::string>> components;  // (kind, name), as the descriptor lists them
+
+  [[nodiscard]] bool provides(uint32_t kind, std::string_view component_name) const;
 };
 
 const char* kind_name(uint32_t kind) noexcept;              // "layer", "fusion_backend", ...
@@ -62,6 +81,26 @@ class PluginHost {
   // Loads one plugin library. Throws PluginError naming the file and the problem; on error
   // nothing of the plugin stays registered or loaded.
   const PluginRecord& load(const std::filesystem::path& file, const LoadOptions& options = {});
+
+  // Reads a plugin file's descriptor the way load() does up to the ABI check (the file and its
+  // permissions, ELF and dlopen, the entry symbol, the ABI version) and lists its components,
+  // without checking them further, registering anything or calling the plugin's init. Throws
+  // PluginError with load()'s messages. Each file is read once per host; the library stays open
+  // until the host is destroyed, like a loaded one (unloading a library whose dependencies pinned
+  // themselves, OpenMP's or CUDA's runtime, is not safe), and load() of it later opens it again.
+  const PluginSummary& peek(const std::filesystem::path& file, const LoadOptions& options = {});
+
+  // The component (kind, name), loading the plugin that provides it when no loaded one does. The
+  // provider is found by reading descriptors (peek), never by a table of names: first the plugin
+  // the naming convention suggests ("mamba.mixer" in plugin "mamba", "hybrid_stack" in
+  // "hybrid_stack"), wherever it is on the search path; then every other libplexus_*.so in the
+  // search path's order (within a directory, files whose names mention the component or its kind
+  // first, which only saves reading the others). Throws PluginError naming the component, every
+  // plugin file looked at with what it provides of that kind or why it could not be read, and the
+  // nearest name found; or load()'s error when the provider does not load.
+  const Component& load_provider(uint32_t kind, std::string_view name,
+                                 const std::vector<std::filesystem::path>& search_path,
+                                 const LoadOptions& options = {});
 
   // The component registered under (kind, name), or nullptr.
   const Component* find(uint32_t kind, std::string_view name) const;
@@ -80,7 +119,9 @@ class PluginHost {
 
  private:
   struct Loaded;
+  struct Peeked;
   std::vector<std::unique_ptr<Loaded>> loaded_;
+  std::vector<std::unique_ptr<Peeked>> peeked_;  // closed after loaded_, in the destructor
   std::unique_ptr<HostServices> services_;
 };
 
@@ -92,6 +133,11 @@ std::vector<std::filesystem::path> plugin_search_path(const std::vector<std::fil
 
 // The plugin libraries in a directory (files ending in ".so"), sorted by name.
 std::vector<std::filesystem::path> plugin_files_in(const std::filesystem::path& dir);
+
+// The Plexus plugins in a directory (libplexus_<name>.so, what resolve_plugin finds by name),
+// sorted by name: the files load_provider reads, leaving other libraries (a plugin's own
+// dependencies, say) unopened.
+std::vector<std::filesystem::path> plexus_plugin_files_in(const std::filesystem::path& dir);
 
 // Resolves a plugin reference from a config: a path (contains '/' or ends in ".so") is used as
 // is; a bare name N is looked up as libplexus_N.so in the search path. Throws PluginError

@@ -113,10 +113,14 @@ struct StackTrampolines {
 };
 }  // namespace detail
 
+// model_schema: the keys the stack adds to the run config's "model" section (plx_component_desc's
+// model_schema, ABI 1.6), e.g. the sections its layers are configured in.
 template <class T>
-plx_component_desc stack_component(const char* name, const char* description, const char* config_schema = nullptr) {
-  return plx_component_desc{sizeof(plx_component_desc), PLX_KIND_STACK, name, description, config_schema,
-                            &detail::StackTrampolines<T>::table};
+plx_component_desc stack_component(const char* name, const char* description,
+                                   const char* config_schema = nullptr, const char* model_schema = nullptr) {
+  return plx_component_desc{
+      sizeof(plx_component_desc),          PLX_KIND_STACK, name, description, config_schema,
+      &detail::StackTrampolines<T>::table, model_schema};
 }
 
 // ---- data-parallel strategy: T(plx_config, const plx_dp_setup&) with one method per table entry ----
