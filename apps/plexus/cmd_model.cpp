@@ -88,7 +88,6 @@ int model_command(const std::vector<std::string>& args) {
     int64_t total_parameters = 0;
     for (std::size_t i = 0; i < model.parameters().size(); ++i) total_parameters += model.parameters()[i].value.numel();
     const std::optional<double> total_flops = model.flops_per_token();
-    const std::string pattern(run_config.at("model").at("pattern").as_string());
 
     if (json) {
       boost::json::array units;
@@ -99,25 +98,15 @@ int model_command(const std::vector<std::string>& args) {
         u["flops_per_token"] = row.flops_per_token ? boost::json::value(*row.flops_per_token) : nullptr;
         units.push_back(std::move(u));
       }
-      boost::json::object out{{"pattern", pattern},
+      boost::json::object out{{"decoder", model.plan().summary},
                               {"units", std::move(units)},
                               {"parameters", total_parameters},
                               {"flops_per_token", total_flops ? boost::json::value(*total_flops) : nullptr}};
       std::cout << json_text(out) << "\n";
       return 0;
     }
-    const auto& model_section = run_config.at("model").as_object();
-    int64_t moe_layer_freq = 0;
-    if (const auto* moe = model_section.if_contains("moe"); moe != nullptr && moe->is_object())
-      if (const auto* f = moe->as_object().if_contains("layer_freq"); f != nullptr && f->is_number())
-        moe_layer_freq = f->to_number<int64_t>();
-    const std::string gpt = "GPT, [*-] x " + std::to_string(model_section.at("num_layers").to_number<int64_t>()) +
-                            (moe_layer_freq == 1   ? std::string(", [*E] in every layer (model.moe.layer_freq 1)")
-                             : moe_layer_freq > 1 ? ", [*E] every " + std::to_string(moe_layer_freq) +
-                                                        " layers from layer 0 (model.moe.layer_freq)"
-                                                  : std::string());
-    std::cout << "model: " << (pattern.empty() ? gpt : "pattern \"" + pattern + "\"")
-              << ", hidden " << model.settings().hidden_size << ", sequence " << model.settings().seq_length << "\n";
+    std::cout << "model: " << model.plan().summary << ", hidden " << model.settings().hidden_size << ", sequence "
+              << model.settings().seq_length << "\n";
     std::cout << padded("logical", 9) << padded("physical", 10) << padded("symbol", 8) << padded("unit", 52)
               << padded("parameters", 12) << padded("FLOPs/token", 13) << "segment\n";
     for (const auto& row : rows) {

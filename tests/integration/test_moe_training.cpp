@@ -148,7 +148,7 @@ BOOST_AUTO_TEST_CASE(model_show_lists_the_moe_layers) {
   BOOST_TEST_REQUIRE(r.status == 0, r.output);
   BOOST_TEST(contains(r.output, "moe.layer"), r.output);
   BOOST_TEST(contains(r.output, "transformer.mlp"), r.output);  // layer 1 stays dense
-  BOOST_TEST(contains(r.output, "[*E] every 2 layers from layer 0"), r.output);
+  BOOST_TEST(contains(r.output, "an MoE MLP every 2 layers from layer 0 (model.moe.layer_freq)"), r.output);
 }
 
 BOOST_AUTO_TEST_CASE(bad_moe_settings_stop_the_run_naming_the_key) {

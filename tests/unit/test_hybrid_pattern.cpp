@@ -265,6 +265,7 @@ BOOST_AUTO_TEST_CASE(stack_description_prefixes_and_final_norm) {
     BOOST_TEST(std::string(d.layers[3]->connection_prefix) == "mlp_hyper_connection.");
     BOOST_TEST(std::string(d.final_norm_prefix) == "decoder.final_layernorm.");
     BOOST_TEST(std::string(d.final_norm_aliases) == "decoder.final_norm.");
+    BOOST_TEST(std::string(d.summary) == "the GPT of 2 layers");
   }
   {
     const hy::Stack hybrid(model("M*M-", 4), boost::json::value());
@@ -273,6 +274,24 @@ BOOST_AUTO_TEST_CASE(stack_description_prefixes_and_final_norm) {
     BOOST_TEST(std::string(d.layers[0]->component) == "mamba.mixer");
     BOOST_TEST(std::string(d.layers[0]->options_path) == "model.mamba.options");
     BOOST_TEST(std::string(d.final_norm_prefix) == "decoder.final_norm.");
+    // The decoder facts the engine takes from the stack instead of knowing the symbols (ABI 1.6).
+    BOOST_TEST(std::string(d.layers[0]->kind) == "mamba");
+    BOOST_TEST(std::string(d.layers[1]->kind) == "attention");
+    BOOST_TEST(std::string(d.layers[3]->kind) == "mlp");
+    BOOST_TEST(std::string(d.summary) == "the pattern \"M*M-\"");
+    BOOST_TEST(std::string(d.layout_keys) == "num_layers;pattern");
+  }
+  {
+    const hy::Stack moe_gpt(boost::json::value{{"num_layers", 4}, {"moe", {{"layer_freq", 2}}}}, boost::json::value());
+    const plx_stack_description& d = moe_gpt.description();
+    BOOST_TEST(std::string(d.layers[1]->kind) == "moe");
+    BOOST_TEST(std::string(d.layers[3]->kind) == "mlp");
+    BOOST_TEST(std::string(d.summary) ==
+               "the GPT of 4 layers, an MoE MLP every 2 layers from layer 0 (model.moe.layer_freq)");
+  }
+  {
+    const hy::Stack custom(model("*S", 2), boost::json::parse(R"({"symbols": {"S": {"component": "acme.scale"}}})"));
+    BOOST_TEST(std::string(custom.description().layers[1]->kind) == "layer 'S'");
   }
   {
     const hy::Stack grouped(model("M[M*]-", 4), boost::json::value());

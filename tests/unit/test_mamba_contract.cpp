@@ -124,6 +124,23 @@ BOOST_AUTO_TEST_CASE(parameters_names_shapes_init_and_weight_decay) {
   expect_params(c, ln);
 }
 
+// The layers adding to the residual stream come from the create args (ABI 1.6), which the engine
+// fills from the stack's description; from an older host, num_layers, which in the hybrid models a
+// Mamba layer belongs to is the same count.
+BOOST_AUTO_TEST_CASE(out_proj_std_takes_the_residual_layers_of_the_create_args) {
+  Config c;
+  c.init_method_std = 0.05;
+  c.num_layers = 4;
+  c.residual_layers = 9;
+  mamba_test::Layer layer(c);
+  const plx_param_spec out =
+      layer->param(static_cast<uint32_t>(mamba_test::param_index(*layer, "mixer.out_proj.weight")));
+  BOOST_TEST(out.init_a == 0.05 / 3.0, boost::test_tools::tolerance(1e-15));
+  // The pre-norm's second spelling (Megatron's TE hybrid spec fuses it into in_proj).
+  const plx_param_spec norm = layer->param(static_cast<uint32_t>(mamba_test::param_index(*layer, "norm.weight")));
+  BOOST_TEST(std::string(norm.te_name) == "mixer.in_proj.layer_norm_weight");
+}
+
 BOOST_AUTO_TEST_CASE(out_proj_std_scales_with_one_over_sqrt_num_layers_and_conv_init_sets_the_weight_bound) {
   Config c;
   c.init_method_std = 0.05;

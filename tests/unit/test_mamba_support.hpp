@@ -43,6 +43,7 @@ struct Config {
   double layernorm_epsilon = 1e-5;
   double init_method_std = 0.02;
   uint32_t num_layers = 2;
+  uint32_t residual_layers = 0;  // the create args' (ABI 1.6); 0 as from a host before it
   boost::json::object options{
       {"mamba_state_dim", 16}, {"mamba_head_dim", 8}, {"mamba_num_groups", 2}, {"chunk_size", 16}};
 
@@ -78,7 +79,7 @@ struct Config {
 struct Layer : tt::ComponentLayer {
   explicit Layer(const Config& c, DLDevice device = DLDevice{kDLCPU, 0})
       : ComponentLayer(host().get(PLX_KIND_LAYER, "mamba.mixer"), c.options, "model.mamba.options", c.model(), c.num_layers,
-                       device) {}
+                       device, c.residual_layers) {}
 };
 
 using tt::param_index;

@@ -95,13 +95,15 @@ struct ComponentLayer {
   plexus::ConfigHandle model;
   std::unique_ptr<plexus::LayerInstance> instance;
 
+  // residual_layers: the create args' (ABI 1.6); 0 as from a host before it.
   ComponentLayer(const plexus::Component& component, boost::json::value options, const std::string& options_path,
-                 boost::json::value model_section, uint32_t num_layers, DLDevice device)
+                 boost::json::value model_section, uint32_t num_layers, DLDevice device, uint32_t residual_layers = 0)
       : config(std::move(options), options_path), model(std::move(model_section), "model") {
     plx_layer_create_args args{};
     args.struct_size = sizeof(args);
     args.layer_index = 0;
     args.num_layers = num_layers;
+    args.residual_layers = residual_layers;
     args.device = device;
     args.config = config.get();
     args.model_config = model.get();

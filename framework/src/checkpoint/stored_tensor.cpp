@@ -37,43 +37,32 @@ bool stored_transposed(std::string_view name) {
   return end == name.size() || name[end] == '.';
 }
 
-StoredTensor stored_form(std::string_view name, std::span<const std::int64_t> shape, NameStyle style) {
-  StoredTensor form{spelled(name, style), {shape.begin(), shape.end()}};
-  if (stored_transposed(name) && shape.size() == 2) {
+StoredTensor stored_form(const TensorNames& names, std::span<const std::int64_t> shape, NameStyle style) {
+  StoredTensor form{names.in(style), {shape.begin(), shape.end()}};
+  if (stored_transposed(names.local) && shape.size() == 2) {
     form.shape = reversed(shape);
     form.transposed = true;
   }
   return form;
 }
 
-namespace {
-
-// Megatron names the final norm decoder.final_layernorm in GPT and grouped hybrid models and
-// decoder.final_norm in ungrouped hybrid ones; loading accepts either for the other.
-std::string final_norm_alias(std::string_view name) {
-  constexpr std::string_view layernorm = "decoder.final_layernorm.";
-  constexpr std::string_view norm = "decoder.final_norm.";
-  if (name.starts_with(layernorm)) return std::string(norm).append(name.substr(layernorm.size()));
-  if (name.starts_with(norm)) return std::string(layernorm).append(name.substr(norm.size()));
-  return "";
-}
-
-}  // namespace
-
-StoredTensor locate(const SafetensorsFile& file, std::string_view name, std::span<const std::int64_t> shape,
+StoredTensor locate(const SafetensorsFile& file, const TensorNames& names, std::span<const std::int64_t> shape,
                     NameStyle style) {
   const bool marked = has_layout_marker(file);
-  const Spellings both = spellings(name);
-  const bool has_local = file.contains(both.local);
-  const bool has_te = both.differ() && file.contains(both.te);
+  const bool has_local = file.contains(names.local);
+  const bool has_te = names.differ() && file.contains(names.te);
   if (has_local && has_te)
-    throw CheckpointError(file.path(), "holds tensor " + both.local + " twice, also as " + both.te +
+    throw CheckpointError(file.path(), "holds tensor " + names.local + " twice, also as " + names.te +
                                            " (its Transformer Engine spelling): keep one of them");
-  StoredTensor found = stored_form(name, shape, style);
+  StoredTensor found = stored_form(names, shape, style);
   if (has_local || has_te) {
-    found.name = has_te ? both.te : both.local;
-  } else if (const std::string other = final_norm_alias(name); !other.empty() && file.contains(other)) {
-    found.name = other;  // Megatron's hybrid models name the final norm otherwise
+    found.name = has_te ? names.te : names.local;
+  } else {
+    for (const std::string& alias : names.aliases)
+      if (file.contains(alias)) {
+        found.name = alias;  // another stack's name for it (Megatron's hybrid final norm)
+        break;
+      }
   }
   if (found.transposed && !marked && file.contains(found.name)) {
     const auto& stored_shape = file.info(found.name).shape;

@@ -1,116 +1,180 @@
-// Assembling the model from its layer components and declaring their parameters.
+// Assembling a rank's model from the stack's plan: its chunks' units, their parameters and the
+// connection's, and the parameter residency (whole, or a data-parallel strategy's FSDP units).
 #include <boost/json.hpp>
 #include <string>
 
 #include "engine/model_internal.hpp"
-#include "plexus/core/engine/decoder_plan.hpp"
 #include "plexus/core/config.hpp"
 #include "plexus/core/device.hpp"
 #include "plexus/core/engine/random.hpp"
 
 namespace plexus {
 
-namespace {
+struct Model::UnitSource {
+  UnitRole role = UnitRole::decoder;
+  std::string component;
+  boost::json::value options;  // validated against the component's schema
+  std::string options_path;    // for messages: "model.attention.options"
+  std::string prefix;          // prepended to its parameters' names: "decoder.layers.3."
+  std::string label;           // "decoder.layers.3 attention"; the unit's label adds the component
+  // Decoder layers are numbered by their logical layer (a GPT layer's attention and MLP share
+  // one, for depth-scaled init); the others by their position in the stack.
+  uint32_t layer_index = 0;
+  const DecoderLayerPlan* layer = nullptr;  // a decoder layer's plan
+};
 
-// The word a unit's label uses for a pattern symbol: "decoder.layers.0 attention (...)".
-std::string layer_kind_word(const std::string& symbol) {
-  if (symbol == "*") return "attention";
-  if (symbol == "-") return "mlp";
-  if (symbol == "M") return "mamba";
-  if (symbol == "E") return "moe";
-  return "layer '" + symbol + "'";
-}
+namespace {
 
 const char* role_name(UnitRole role) {
   switch (role) {
-    case UnitRole::embedding: return "embedding";
-    case UnitRole::final_norm: return "final norm";
-    case UnitRole::head: return "head";
-    case UnitRole::decoder: break;
+    case UnitRole::embedding:
+      return "embedding";
+    case UnitRole::final_norm:
+      return "final norm";
+    case UnitRole::head:
+      return "head";
+    case UnitRole::decoder:
+      break;
   }
   return "decoder layer";
 }
 
+DLDevice device_of(const boost::json::value& run_config) {
+  const auto* run = run_config.as_object().if_contains("run");
+  if (run == nullptr || !run->as_object().contains("device")) return DLDevice{kDLCPU, 0};
+  const std::string text(run->at("device").as_string());
+  try {
+    const DLDevice device = device::parse(text);
+    device::require(device);
+    return device;
+  } catch (const std::exception& e) {
+    throw config::ConfigError("run.device", e.what());
+  }
+}
+
+// A chunk's decoder layers must be logical layers of the plan, the chunks in forward order
+// without overlap, the embedding only before layer 0 and the output layers only after the last.
+void check_placement(const ModelPlacement& placement, const DecoderPlan& plan) {
+  uint32_t next = 0;
+  for (std::size_t c = 0; c < placement.chunks.size(); ++c) {
+    const ChunkSpec& chunk = placement.chunks[c];
+    const std::string where = "model placement, chunk " + std::to_string(c) + " (decoder layers [" +
+                              std::to_string(chunk.first_layer) + ", " + std::to_string(chunk.end_layer) +
+                              "))";
+    if (chunk.first_layer > chunk.end_layer || chunk.end_layer > plan.num_logical)
+      throw std::invalid_argument(where + ": not a range of the decoder's " +
+                                  std::to_string(plan.num_logical) + " logical layers");
+    if (chunk.first_layer < next)
+      throw std::invalid_argument(where + ": overlaps the chunk before it or comes before it");
+    if (chunk.embedding && chunk.first_layer != 0)
+      throw std::invalid_argument(where + ": the embedding comes only before decoder layer 0");
+    if (chunk.output_layers && chunk.end_layer != plan.num_logical)
+      throw std::invalid_argument(where + ": the final norm and head come only after the last decoder layer");
+    if (!chunk.embedding && !chunk.output_layers && chunk.first_layer == chunk.end_layer)
+      throw std::invalid_argument(where + ": holds nothing");
+    next = chunk.end_layer;
+  }
+}
+
 }  // namespace
 
-Model::Model(const PluginHost& host, const boost::json::value& run_config, bool sharded)
-    : settings_(ModelSettings::from_run_config(run_config)), host_(&host) {
-  params_.set_deferred(sharded);
-  if (const auto* run = run_config.as_object().if_contains("run");
-      run != nullptr && run->as_object().contains("device")) {
-    const std::string text(run->at("device").as_string());
-    try {
-      device_ = device::parse(text);
-      device::require(device_);
-    } catch (const std::exception& e) {
-      throw config::ConfigError("run.device", e.what());
-    }
-  }
+ModelPlacement ModelPlacement::whole(const DecoderPlan& plan) {
+  return ModelPlacement{{ChunkSpec{0, plan.num_logical, true, true}}};
+}
+
+Model::Model(const PluginHost& host, const boost::json::value& run_config, ModelOptions options)
+    : settings_(ModelSettings::from_run_config(run_config)), host_(&host), device_(device_of(run_config)) {
+  params_.set_deferred(options.deferred_parameters);
   if (plx_dtype_equal(settings_.activation_dtype, plx_dtype_bf16()) && device_.device_type != kDLCUDA)
     throw config::ConfigError("run.precision",
                               "\"bf16\" needs a CUDA device (run.device = \"cuda\" or \"cuda:N\"); on " +
                                   device::name(device_) + " the model computes in float32 (\"fp32\")");
   params_.set_device(device_);
-  if (settings_.mhc.enabled) {
-    mhc_config_ = std::make_unique<ConfigHandle>(settings_.mhc.options, "mhc.options");
-    mhc_backend_ = std::make_unique<MhcBackend>(host.get(PLX_KIND_FUSION_BACKEND, settings_.mhc.backend),
-                                                device_, mhc_config_->get());
-  }
+  connection_ = settings_.mhc.enabled ? make_mhc_connection(host, settings_, device_, params_)
+                                      : make_residual_connection();
+  residency_ = make_whole_residency(params_);
   // The decoder as the stack describes it (plexus/stack.h): the GPT's [*-] x num_layers, or a
   // hybrid pattern. Units are physical layers; a scheduler drives logical ones (groups).
-  const DecoderPlan plan = plan_decoder(host, run_config);
-  if (plan.mtp_depths > 0)
-    throw config::ConfigError("model.pattern", "multi-token prediction ('/' in the pattern) is parsed, but training "
-                                               "MTP layers is not built yet: remove the '/...' parts");
-  final_norm_aliases_ = plan.final_norm_aliases;
-  // Depth-scaled initialization counts the layers that add to the residual stream; Megatron's
-  // rule differs between GPT (std / sqrt(2 num_layers)) and hybrid models (std / sqrt(num_layers)
-  // with num_layers the physical count): layers read which from "is_hybrid_model".
-  settings_.layer_config["is_hybrid_model"] = plan.has_pattern;
+  plan_ = plan_decoder(host, run_config);
+  if (plan_.mtp_depths > 0)
+    throw config::ConfigError("model",
+                              plan_.summary + " has " + std::to_string(plan_.mtp_depths) +
+                                  " block(s) of multi-token prediction, which the stack describes, but "
+                                  "training MTP layers is not built yet: describe a decoder without them");
   model_config_ = std::make_unique<ConfigHandle>(boost::json::value(settings_.layer_config), "model");
-  const auto& model = run_config.at("model");
-  const auto section = [&](const char* name) {
-    return LayerSource{std::string(model.at(name).at("component").as_string()), model.at(name).at("options"),
-                       std::string("model.") + name + ".options"};
-  };
-  logical_units_.push_back({units_.size(), 1});
-  build_unit(section("embedding"), UnitRole::embedding, "", "embedding", 0, "");
-  for (const DecoderLayerPlan& layer : plan.layers) {
-    if (layer.mtp_depth != 0) continue;
-    if (logical_units_.size() < 2 + layer.logical) logical_units_.push_back({units_.size(), 0});
-    ++logical_units_.back().count;
-    const std::string name = layer.checkpoint_prefix.substr(0, layer.checkpoint_prefix.size() - 1);
-    build_unit({layer.component, layer.options, layer.options_path}, UnitRole::decoder, layer.checkpoint_prefix,
-               name + " " + layer_kind_word(layer.symbol), layer.logical, layer.connection_prefix);
-    Unit& built = *units_.back();
-    built.symbol = layer.symbol;
-    built.physical = layer.physical;
-    built.logical = layer.logical;
-    built.segment = layer.segment;
-  }
-  logical_units_.push_back({units_.size(), 1});
-  build_unit(section("final_norm"), UnitRole::final_norm, plan.final_norm_prefix, "final norm", plan.num_logical + 1,
-             "");
-  logical_units_.push_back({units_.size(), 1});
-  build_unit(section("head"), UnitRole::head, "", "head", plan.num_logical + 2, "");
+  if (options.placement.chunks.empty()) options.placement = ModelPlacement::whole(plan_);
+  check_placement(options.placement, plan_);
+  for (const ChunkSpec& chunk : options.placement.chunks) build_chunk(run_config.at("model"), chunk);
 }
 
 Model::~Model() = default;
 
-void Model::build_unit(const LayerSource& source, UnitRole role, const std::string& prefix, const std::string& label,
-                       uint32_t layer_index, const std::string& connection_prefix) {
+void Model::build_chunk(const boost::json::value& model_section, const ChunkSpec& spec) {
+  const auto section = [&](const char* name, UnitRole role, uint32_t layer_index, std::string prefix,
+                           std::string label) {
+    UnitSource source;
+    source.role = role;
+    source.component = std::string(model_section.at(name).at("component").as_string());
+    source.options = model_section.at(name).at("options");
+    source.options_path = std::string("model.") + name + ".options";
+    source.prefix = std::move(prefix);
+    source.label = std::move(label);
+    source.layer_index = layer_index;
+    return source;
+  };
+  Chunk chunk;
+  chunk.first_unit = units_.size();
+  chunk.embedding = spec.embedding;
+  chunk.head = spec.output_layers;
+  if (spec.embedding) {
+    chunk.logical.push_back({units_.size(), 1});
+    build_unit(section("embedding", UnitRole::embedding, 0, "", "embedding"));
+  }
+  int64_t logical = -1;
+  for (const DecoderLayerPlan& layer : plan_.layers) {
+    if (layer.mtp_depth != 0 || layer.logical < spec.first_layer || layer.logical >= spec.end_layer) continue;
+    if (static_cast<int64_t>(layer.logical) != logical) chunk.logical.push_back({units_.size(), 0});
+    logical = layer.logical;
+    ++chunk.logical.back().count;
+    UnitSource source;
+    source.component = layer.component;
+    source.options = layer.options;
+    source.options_path = layer.options_path;
+    source.prefix = layer.checkpoint_prefix;
+    source.label = layer.label;
+    source.layer_index = layer.logical;
+    source.layer = &layer;
+    build_unit(source);
+  }
+  if (spec.output_layers) {
+    chunk.logical.push_back({units_.size(), 1});
+    build_unit(section("final_norm", UnitRole::final_norm, plan_.num_logical + 1, plan_.final_norm_prefix,
+                       "final norm"));
+    chunk.logical.push_back({units_.size(), 1});
+    build_unit(section("head", UnitRole::head, plan_.num_logical + 2, "", "head"));
+  }
+  chunk.end_unit = units_.size();
+  chunks_.push_back(std::move(chunk));
+}
+
+void Model::build_unit(const UnitSource& source) {
   const Component& component = host_->get(PLX_KIND_LAYER, source.component);
   auto unit = std::make_unique<Unit>();
-  unit->label = label + " (" + source.component + ")";
+  unit->label = source.label + " (" + source.component + ")";
   unit->component = source.component;
-  unit->role = role;
+  unit->role = source.role;
+  if (source.layer != nullptr) {
+    unit->symbol = source.layer->symbol;
+    unit->physical = source.layer->physical;
+    unit->logical = source.layer->logical;
+    unit->segment = source.layer->segment;
+  }
   unit->config = std::make_unique<ConfigHandle>(source.options, source.options_path);
   plx_layer_create_args args{};
   args.struct_size = sizeof(args);
-  // Decoder layers are numbered by their logical layer (a GPT layer's attention and MLP share
-  // one, for depth-scaled init); the others by their position in the stack.
-  args.layer_index = layer_index;
+  args.layer_index = source.layer_index;
   args.num_layers = static_cast<uint32_t>(settings_.num_layers);
+  args.residual_layers = plan_.main_layers();
   args.device = device_;
   args.config = unit->config->get();
   args.model_config = model_config_->get();
@@ -120,64 +184,30 @@ void Model::build_unit(const LayerSource& source, UnitRole role, const std::stri
   const uint32_t inputs_expected = unit->role == UnitRole::head ? 2 : 1;
   if (info.num_inputs != inputs_expected || info.num_outputs < 1 || info.num_stages < 1)
     throw std::runtime_error(
-        unit->label + ": as the model's " + role_name(role) + " a layer needs " + std::to_string(inputs_expected) +
-        " input(s), 1 or more outputs and stages; it declares " + std::to_string(info.num_inputs) +
-        " inputs, " + std::to_string(info.num_outputs) + " outputs, " + std::to_string(info.num_stages) +
-        " stages");
+        unit->label + ": as the model's " + role_name(unit->role) + " a layer needs " +
+        std::to_string(inputs_expected) + " input(s), 1 or more outputs and stages; it declares " +
+        std::to_string(info.num_inputs) + " inputs, " + std::to_string(info.num_outputs) + " outputs, " +
+        std::to_string(info.num_stages) + " stages");
   if (unit->role == UnitRole::head && (info.flags & PLX_LAYER_PRODUCES_LOSS) == 0)
     throw std::runtime_error(unit->label +
                              ": the model's head must produce a loss (PLX_LAYER_PRODUCES_LOSS)");
   unit->num_outputs = info.num_outputs;
   for (uint32_t s = 0; s < info.num_stages; ++s) unit->stages.push_back(unit->layer->stage(s));
   for (uint32_t p = 0; p < info.num_params; ++p) {
-    const std::size_t i = params_.declare(unit->layer->param(p), prefix, unit->label);
+    const std::size_t i = params_.declare(unit->layer->param(p), source.prefix, unit->label);
     unit->params.push_back(i);
     unit->param_views.push_back(params_[i].value.view());
     unit->grad_views.push_back(params_[i].grad.view());
   }
-  if (settings_.mhc.enabled && unit->role == UnitRole::decoder) declare_mhc_parameters(*unit, prefix + connection_prefix);
   // A buffer (PLX_PARAM_BUFFER) gets no gradient: backward never makes it ready.
   for (std::size_t i : unit->params)
     if (!params_[i].is_buffer()) unit->gradient_params.push_back(i);
-  if (unit->mhc)
-    unit->gradient_params.insert(
-        unit->gradient_params.end(),
-        {unit->mhc->phi, unit->mhc->alpha_pre, unit->mhc->alpha_post, unit->mhc->alpha_res, unit->mhc->bias});
+  if (unit->role == UnitRole::decoder) {
+    const std::string connection_prefix = source.prefix + source.layer->connection_prefix;
+    for (std::size_t i : connection_->declare(units_.size(), connection_prefix, unit->label, params_))
+      unit->gradient_params.push_back(i);
+  }
   units_.push_back(std::move(unit));
-}
-
-// The connection's own parameters (mhc.md): phi [n*C, n*n + 2n] Xavier-uniform, the three gates
-// (scalars) at init_gating_factor and the bias b [n*n + 2n] at zero; gates and bias without
-// weight decay. phi is held as the "mhc" family takes it; checkpoints store its transpose, the
-// layout of Megatron's nn.Linear (checkpoint/stored_tensor.hpp).
-void Model::declare_mhc_parameters(Unit& unit, const std::string& prefix) {
-  const int64_t n = settings_.mhc.streams, c = settings_.hidden_size, width = n * n + 2 * n;
-  const auto declare = [&](const char* name, std::initializer_list<int64_t> dims, uint32_t init, double a,
-                           uint32_t flags) {
-    plx_param_spec spec{};
-    spec.struct_size = sizeof(spec);
-    spec.flags = flags;
-    spec.name = name;
-    spec.desc.ndim = static_cast<uint32_t>(dims.size());
-    spec.desc.dtype = plx_dtype_f32();
-    std::copy(dims.begin(), dims.end(), spec.desc.dims);
-    spec.init = init;
-    spec.init_a = a;
-    const std::size_t i = params_.declare(spec, prefix, unit.label + " mHC");  // = Unit::Mhc::label
-    return i;
-  };
-  auto mhc = std::make_unique<Unit::Mhc>();
-  mhc->phi = declare("mapping_proj.weight", {n * c, width}, PLX_INIT_XAVIER_UNIFORM, 1.0, 0);
-  mhc->alpha_pre =
-      declare("alpha_pre", {1}, PLX_INIT_CONSTANT, settings_.mhc.init_gating, PLX_PARAM_NO_WEIGHT_DECAY);
-  mhc->alpha_post =
-      declare("alpha_post", {1}, PLX_INIT_CONSTANT, settings_.mhc.init_gating, PLX_PARAM_NO_WEIGHT_DECAY);
-  mhc->alpha_res =
-      declare("alpha_res", {1}, PLX_INIT_CONSTANT, settings_.mhc.init_gating, PLX_PARAM_NO_WEIGHT_DECAY);
-  mhc->bias = declare("bias", {width}, PLX_INIT_ZEROS, 0.0, PLX_PARAM_NO_WEIGHT_DECAY);
-  mhc->alpha = Tensor({3}, plx_dtype_f32(), device_);
-  mhc->label = unit.label + " mHC";
-  unit.mhc = std::move(mhc);
 }
 
 void Model::initialize_one(std::size_t i, uint64_t seed) {
@@ -197,21 +227,70 @@ void Model::initialize_one(std::size_t i, uint64_t seed) {
 }
 
 void Model::initialize(uint64_t seed) {
-  if (!sharded_) {
-    for (std::size_t i = 0; i < params_.size(); ++i) initialize_one(i, seed);
-    return;
+  residency_->write_each([&](std::size_t p) { initialize_one(p, seed); });
+}
+
+void Model::write_parameters(const std::function<void(std::size_t)>& write) {
+  residency_->write_each(write);
+}
+
+std::size_t Model::num_chunks() const noexcept {
+  return chunks_.size();
+}
+
+ShardedParameters* Model::sharded() noexcept {
+  return residency_->sharded();
+}
+
+const ShardedParameters* Model::sharded() const noexcept {
+  return residency_->sharded();
+}
+
+// Each chunk is cut on its own: the embedding; every `layers_per_unit` logical decoder layers
+// (a GPT layer's attention and MLP, a HybridStack group); the output layers (final norm and head).
+void Model::shard_parameters(const Component& strategy, plx_config options, int64_t layers_per_unit,
+                             const distributed::Runtime& runtime) {
+  const std::string key = "distributed.data_parallel.layers_per_unit";
+  if (layers_per_unit < 1)
+    throw config::ConfigError(
+        key, "expected 1 or more logical layers per unit, got " + std::to_string(layers_per_unit));
+  std::vector<FsdpUnit> fsdp;
+  const auto add = [&](std::string name, const LogicalUnit* first, std::size_t logical_count) {
+    FsdpUnit unit;
+    unit.name = std::move(name);
+    unit.first_unit = first->first;
+    const LogicalUnit& end = first[logical_count - 1];
+    unit.last_unit = end.first + end.count - 1;
+    for (std::size_t u = unit.first_unit; u <= unit.last_unit; ++u)
+      for (std::size_t p : units_[u]->gradient_params) unit.params.push_back(p);
+    fsdp.push_back(std::move(unit));
+  };
+  for (const Chunk& chunk : chunks_) {
+    const std::size_t begin = chunk.embedding ? 1 : 0;
+    const std::size_t end = chunk.logical.size() - (chunk.head ? 2 : 0);
+    const auto decoder_layers = static_cast<int64_t>(end - begin);
+    if (layers_per_unit > 1 && layers_per_unit >= decoder_layers)
+      throw config::ConfigError(
+          key, std::to_string(layers_per_unit) + " would make the whole decoder (" +
+                   std::to_string(decoder_layers) +
+                   " logical layers) one unit, whose values would then be gathered whole for every layer's "
+                   "forward and backward: choose fewer layers per unit (1 is a unit per logical layer)");
+    if (decoder_layers % layers_per_unit != 0)
+      throw config::ConfigError(key, std::to_string(layers_per_unit) + " does not divide the decoder's " +
+                                         std::to_string(decoder_layers) +
+                                         " logical layers; every unit must hold the same number of layers");
+    if (chunk.embedding) add("embedding", &chunk.logical[0], 1);
+    for (std::size_t l = begin; l < end; l += static_cast<std::size_t>(layers_per_unit)) {
+      const Unit& first = *units_[chunk.logical[l].first];
+      // "decoder.layers.4", or "decoder.layers.4-5" for a unit of two logical layers.
+      std::string name = "decoder.layers." + std::to_string(first.logical);
+      if (layers_per_unit > 1)
+        name.append(1, '-').append(std::to_string(first.logical + layers_per_unit - 1));
+      add(name, &chunk.logical[l], static_cast<std::size_t>(layers_per_unit));
+    }
+    if (chunk.head) add("output layers", &chunk.logical[end], 2);
   }
-  // Every value is a function of (seed, name), so each rank writes each unit whole and keeps
-  // its part: the same values as one process, with one unit whole at a time.
-  for (std::size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].is_buffer()) initialize_one(i, seed);
-  for (std::size_t f = 0; f < sharded_->num_units(); ++f) {
-    sharded_->begin_write(f);
-    for (const ShardedParameters::Buffer& b : sharded_->buffers())
-      if (b.fsdp == f)
-        for (std::size_t i : b.params) initialize_one(i, seed);
-    sharded_->end_write(f);
-  }
+  residency_ = make_sharded_residency(params_, fsdp, units_.size(), strategy, options, runtime, device_);
 }
 
 }  // namespace plexus

@@ -34,6 +34,8 @@ std::size_t ParameterStore::declare(const plx_param_spec& spec, const std::strin
                              spec.grad_group + "\"; a buffer has no gradient and is whole on every rank");
   auto param = std::make_unique<Parameter>();
   param->name = name;
+  if (PLX_HAS_FIELD(&spec, plx_param_spec, te_name) && spec.te_name != nullptr && *spec.te_name != '\0')
+    param->te_name = prefix + spec.te_name;
   param->flags = spec.flags;
   param->init = spec.init;
   param->init_a = spec.init_a;

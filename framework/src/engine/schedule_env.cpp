@@ -2,7 +2,9 @@
 // functions called from inside the plugin: no exception may cross back through it, so each
 // callback keeps the first exception and returns a status; forward_backward rethrows it after
 // the scheduler returns, so the user sees the engine's own error (e.g. a non-finite loss).
-#include <cmath>
+//
+// A scheduler's units are the logical units of the model's one chunk (the embedding, each
+// logical decoder layer, the final norm, the head); a unit's stages are its model units' in order.
 #include <exception>
 
 #include "engine/model_internal.hpp"
@@ -29,38 +31,40 @@ struct ScheduleEnvBridge {
       return detail::fail(PLX_ERR_INTERNAL, "unknown exception in the engine");
     }
   }
+  static const Model::Chunk& chunk(const Model& m) { return m.chunks_[0]; }
   static Model::Run& run_of(Model& m, uint32_t microbatch) {
-    if (microbatch >= m.runs_.size())
+    if (microbatch >= m.runs_[0].size())
       throw std::runtime_error("scheduler asked for microbatch " + std::to_string(microbatch) + " of " +
-                               std::to_string(m.runs_.size()));
-    return *m.runs_[microbatch];
+                               std::to_string(m.runs_[0].size()));
+    return *m.runs_[0][microbatch];
   }
-  static const Model::LogicalUnit& logical_of(const Model& m, uint32_t unit) {
-    if (unit >= m.logical_units_.size())
+  static const LogicalUnit& logical_of(const Model& m, uint32_t unit) {
+    const std::vector<LogicalUnit>& logical = chunk(m).logical;
+    if (unit >= logical.size())
       throw std::runtime_error("scheduler asked for unit " + std::to_string(unit) + " of " +
-                               std::to_string(m.logical_units_.size()));
-    return m.logical_units_[unit];
+                               std::to_string(logical.size()));
+    return logical[unit];
   }
-  // A scheduler's unit is a logical layer; its stages are those of its physical units in order.
-  struct PhysicalStage {
-    uint32_t unit = 0, stage = 0;
+  struct ModelStage {
+    std::size_t unit = 0;
+    uint32_t stage = 0;
   };
-  static PhysicalStage physical(const Model& m, uint32_t unit, uint32_t stage) {
-    const Model::LogicalUnit& logical = logical_of(m, unit);
+  static ModelStage model_stage(const Model& m, uint32_t unit, uint32_t stage) {
+    const LogicalUnit& logical = logical_of(m, unit);
     uint32_t local = stage;
-    for (std::size_t p = logical.first; p < logical.first + logical.count; ++p) {
-      const auto stages = static_cast<uint32_t>(m.units_[p]->stages.size());
-      if (local < stages) return {static_cast<uint32_t>(p), local};
+    for (std::size_t u = logical.first; u < logical.first + logical.count; ++u) {
+      const uint32_t stages = m.units_[u]->num_stages();
+      if (local < stages) return {u, local};
       local -= stages;
     }
-    throw std::runtime_error("scheduler asked for stage " + std::to_string(stage) + " of unit " + std::to_string(unit) +
-                             ", which has " + std::to_string(stage - local));
+    throw std::runtime_error("scheduler asked for stage " + std::to_string(stage) + " of unit " +
+                             std::to_string(unit) + ", which has " + std::to_string(stage - local));
   }
   static uint32_t stage_count(const Model& m, uint32_t unit) {
-    const Model::LogicalUnit& logical = m.logical_units_.at(unit);
+    const LogicalUnit& logical = logical_of(m, unit);
     uint32_t total = 0;
-    for (std::size_t p = logical.first; p < logical.first + logical.count; ++p)
-      total += static_cast<uint32_t>(m.units_[p]->stages.size());
+    for (std::size_t u = logical.first; u < logical.first + logical.count; ++u)
+      total += m.units_[u]->num_stages();
     return total;
   }
   static plx_status num_stages(void* ctx, uint32_t unit, uint32_t* out) noexcept {
@@ -68,7 +72,7 @@ struct ScheduleEnvBridge {
   }
   static plx_status stage(void* ctx, uint32_t unit, uint32_t index, plx_stage_info* out) noexcept {
     return call(ctx, [&](Model& m) {
-      const PhysicalStage p = physical(m, unit, index);
+      const ModelStage p = model_stage(m, unit, index);
       const plx_stage_info& info = m.units_[p.unit]->stages[p.stage];
       out->kind = info.kind;
       if (out->struct_size >= PLX_FIELD_END(plx_stage_info, name)) out->name = info.name;
@@ -76,48 +80,48 @@ struct ScheduleEnvBridge {
   }
   static plx_status forward(void* ctx, uint32_t mb, uint32_t unit, uint32_t stage, plx_stream) noexcept {
     return call(ctx, [&](Model& m) {
-      const PhysicalStage p = physical(m, unit, stage);
+      const ModelStage p = model_stage(m, unit, stage);
       m.forward_stage(run_of(m, mb), p.unit, p.stage);
     });
   }
   static plx_status backward(void* ctx, uint32_t mb, uint32_t unit, uint32_t stage, plx_stream) noexcept {
     return call(ctx, [&](Model& m) {
-      const PhysicalStage p = physical(m, unit, stage);
+      const ModelStage p = model_stage(m, unit, stage);
       m.backward_stage(run_of(m, mb), p.unit, p.stage);
     });
   }
-  // A logical unit's weight gradients: its physical units' in backward order.
+  // A logical unit's weight gradients: its model units' in backward order.
   static plx_status backward_weights(void* ctx, uint32_t mb, uint32_t unit, plx_stream) noexcept {
     return call(ctx, [&](Model& m) {
       Model::Run& run = run_of(m, mb);
-      const Model::LogicalUnit& logical = logical_of(m, unit);
-      for (std::size_t p = logical.first + logical.count; p-- > logical.first;)
-        m.backward_weights(run, static_cast<uint32_t>(p));
+      const LogicalUnit& logical = logical_of(m, unit);
+      for (std::size_t u = logical.first + logical.count; u-- > logical.first;) m.backward_weights(run, u);
     });
   }
   static plx_status split_weight_gradients(void* ctx) noexcept {
     return call(ctx, [&](Model& m) {
-      for (const auto& run : m.runs_)
-        if (run->backward_unit != static_cast<int64_t>(m.units_.size()) - 1 ||
-            run->backward_stage + 1 != m.units_.back()->stages.size() || run->weights.back() != WeightGrads::with_backward)
-          throw std::runtime_error("split_weight_gradients: the scheduler must ask before the step's first backward "
-                                   "call (microbatch " + std::to_string(run->microbatch) + " has begun its backward)");
+      const std::size_t last = chunk(m).end_unit - 1;
+      for (const auto& run : m.runs_[0])
+        if (run->backward_unit != static_cast<int64_t>(last) ||
+            run->backward_stage + 1 != m.units_[last]->num_stages() ||
+            run->weights[last] != WeightGrads::with_backward)
+          throw std::runtime_error(
+              "split_weight_gradients: the scheduler must ask before the step's first backward "
+              "call (microbatch " +
+              std::to_string(run->microbatch) + " has begun its backward)");
       m.split_weights_ = true;
     });
   }
 };
 
 double Model::forward_backward(const SchedulerInstance& scheduler, const std::vector<Batch>& microbatches) {
-  if (microbatches.empty()) throw std::runtime_error("a step needs at least one microbatch");
-  runs_.clear();
-  const double scale = 1.0 / static_cast<double>(microbatches.size());
-  for (uint32_t i = 0; i < microbatches.size(); ++i)
-    runs_.push_back(start_run(microbatches[i], true, i, scale));
+  const Chunk& whole = whole_model_chunk("forward_backward");
+  start_microbatches(microbatches, true);
   ScheduleEnvBridge bridge{this, nullptr};
   plx_schedule_env env{};
   env.struct_size = sizeof(env);
   env.num_microbatches = static_cast<uint32_t>(microbatches.size());
-  env.num_units = static_cast<uint32_t>(logical_units_.size());
+  env.num_units = static_cast<uint32_t>(whole.logical.size());
   env.ctx = &bridge;
   env.unit_num_stages = &ScheduleEnvBridge::num_stages;
   env.unit_stage = &ScheduleEnvBridge::stage;
@@ -129,24 +133,14 @@ double Model::forward_backward(const SchedulerInstance& scheduler, const std::ve
   split_weights_ = false;
   try {
     scheduler.run_step(env);
-    for (const auto& run : runs_) {
-      if (run->backward_unit >= 0)
-        throw std::runtime_error("the scheduler returned before the backward of microbatch " +
-                                 std::to_string(run->microbatch) + " completed");
-      check_weight_gradients_done(*run);
-    }
+    split_weights_ = false;
+    return finish_microbatches();
   } catch (...) {
     runs_.clear();
     split_weights_ = false;
     if (bridge.error) std::rethrow_exception(bridge.error);
     throw;
   }
-  split_weights_ = false;
-  double loss = 0;
-  for (const auto& run : runs_) loss += run->loss;
-  runs_.clear();
-  if (!std::isfinite(loss)) throw NonFiniteError("non-finite loss");
-  return loss / static_cast<double>(microbatches.size());
 }
 
 }  // namespace plexus

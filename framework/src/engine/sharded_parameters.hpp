@@ -41,6 +41,7 @@ class ShardedParameters {
   ~ShardedParameters();
 
   std::size_t num_units() const noexcept { return fsdp_.size(); }
+  ParameterStore& store() noexcept { return params_; }
   DLDevice device() const noexcept { return device_; }
   const std::string& unit_name(std::size_t unit) const { return fsdp_.at(unit).name; }
 

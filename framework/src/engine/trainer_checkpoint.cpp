@@ -4,51 +4,38 @@
 // and state.json: the step, the data position and the whole run config. Because every random
 // number is counter-based and the data position is a function of the step, resuming continues
 // the run exactly.
+#include <algorithm>
 #include <boost/json.hpp>
 #include <cstring>
-#include <deque>
 
-#include "engine/checkpoint_io.hpp"
 #include "engine/trainer_impl.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "plexus/core/checkpoint/stored_tensor.hpp"
 #include "plexus/core/config.hpp"
-#include "plexus/core/engine/decoder_plan.hpp"
-#include "plexus/core/run_config.hpp"
 #include "plexus/core/device.hpp"
+#include "plexus/core/engine/decoder_plan.hpp"
 #include "plexus/core/logging.hpp"
+#include "plexus/core/run_config.hpp"
 
 namespace plexus {
-namespace checkpoint_io {
+namespace {
 
-// The bytes of a tensor for the writer, as `form` stores it: its own memory on the CPU, a host
-// copy on a device, transposed where the checkpoint's layout differs from memory (copies are
-// kept alive in `staged`).
-checkpoint::TensorData tensor_data(const checkpoint::StoredTensor& form, const Tensor& t,
-                                   std::deque<Tensor>& staged) {
-  const Tensor* host = &t;
-  if (t.device().device_type != kDLCPU) {
-    staged.push_back(t.to(DLDevice{kDLCPU, 0}));
-    host = &staged.back();
-  }
-  if (form.transposed) {
-    Tensor& stored = staged.emplace_back(form.shape, host->dtype());
-    checkpoint::transpose({static_cast<const std::byte*>(host->raw()), host->bytes()}, host->shape()[0],
-                          host->shape()[1], sizeof(float),
-                          {static_cast<std::byte*>(stored.raw()), stored.bytes()});
-    host = &stored;
-  }
-  return checkpoint::TensorData{form.name,
-                                checkpoint::DType::f32,
-                                host->shape(),
-                                {static_cast<const std::byte*>(host->raw()), host->bytes()}};
+// `value` (any device) written into `out` as `form` stores it.
+void write_stored(const checkpoint::StoredTensor& form, const Tensor& value, std::span<std::byte> out) {
+  const Tensor host = value.device().device_type == kDLCPU ? Tensor() : value.to(DLDevice{kDLCPU, 0});
+  const Tensor& source = host.empty() ? value : host;
+  const std::span<const std::byte> bytes{static_cast<const std::byte*>(source.raw()), source.bytes()};
+  if (form.transposed)
+    checkpoint::transpose(bytes, source.shape()[0], source.shape()[1], sizeof(float), out);
+  else
+    std::memcpy(out.data(), bytes.data(), bytes.size());
 }
 
-checkpoint::TensorData tensor_data(const std::string& name, const Tensor& t, checkpoint::NameStyle style,
-                                   std::deque<Tensor>& staged) {
-  return tensor_data(checkpoint::stored_form(name, t.shape(), style), t, staged);
-}
-
+// A tensor every rank of a group holds a different one of (an MoE layer's experts under ep).
+struct NamedTensor {
+  std::string name;
+  Tensor value;
+};
 
 // Every rank's name of the group, in group-rank order, on every rank (as fixed-size records).
 std::vector<std::string> gather_names(const distributed::Communicator& group, const std::string& name) {
@@ -79,8 +66,10 @@ std::vector<NamedTensor> gather_named(const distributed::Communicator& group, co
   group.all_gather(mine.view(), values.view());
   std::vector<NamedTensor> out;
   for (int64_t r = 0; r < n; ++r) {
-    NamedTensor& t = out.emplace_back(NamedTensor{names[static_cast<std::size_t>(r)], Tensor(mine.shape(), mine.dtype())});
-    std::memcpy(t.value.raw(), static_cast<const std::byte*>(values.raw()) + r * static_cast<int64_t>(mine.bytes()),
+    NamedTensor& t =
+        out.emplace_back(NamedTensor{names[static_cast<std::size_t>(r)], Tensor(mine.shape(), mine.dtype())});
+    std::memcpy(t.value.raw(),
+                static_cast<const std::byte*>(values.raw()) + r * static_cast<int64_t>(mine.bytes()),
                 mine.bytes());
   }
   return out;
@@ -99,28 +88,54 @@ void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file,
   device::copy(into.raw(), into.device(), host.raw(), DLDevice{kDLCPU, 0}, into.bytes());
 }
 
-// Where each of `tensors` is in `file` (either spelling, either layout of phi), checked against
-// what the model expects; the tensors in phi's earlier layout are added to `earlier`.
-// `elsewhere`: tensors the file holds that other ranks load (the experts of the rest of the ep
-// group), expected in the file but not read here.
+// A tensor a checkpoint must hold: its names and its in-memory shape.
+struct Wanted {
+  checkpoint::TensorNames names;
+  std::vector<int64_t> shape;
+};
+
+// Where each of `tensors` is in `file` (either spelling or an alias, either layout of phi),
+// checked against what the model expects; the tensors in phi's earlier layout are added to
+// `earlier`. `elsewhere`: tensors the file holds that other ranks load (the experts of the rest of
+// the ep group), expected in the file but not read here.
 std::vector<checkpoint::StoredTensor> locate_all(const checkpoint::SafetensorsFile& file,
-                                                 const std::vector<std::pair<std::string, Tensor*>>& tensors,
+                                                 const std::vector<Wanted>& tensors,
                                                  checkpoint::NameStyle style,
                                                  std::vector<std::string>& earlier,
-                                                 const std::vector<std::pair<std::string, const Tensor*>>& elsewhere) {
+                                                 const std::vector<Wanted>& elsewhere) {
   std::vector<checkpoint::StoredTensor> found;
   std::vector<checkpoint::ExpectedTensor> expected;
-  for (const auto& [name, tensor] : tensors) {
-    found.push_back(checkpoint::locate(file, name, tensor->shape(), style));
+  for (const Wanted& t : tensors) {
+    found.push_back(checkpoint::locate(file, t.names, t.shape, style));
     expected.push_back({found.back().name, found.back().shape, checkpoint::DType::f32});
     if (found.back().earlier_layout) earlier.push_back(found.back().name);
   }
-  for (const auto& [name, tensor] : elsewhere) {
-    const checkpoint::StoredTensor other = checkpoint::locate(file, name, tensor->shape(), style);
+  for (const Wanted& t : elsewhere) {
+    const checkpoint::StoredTensor other = checkpoint::locate(file, t.names, t.shape, style);
     expected.push_back({other.name, other.shape, checkpoint::DType::f32});
   }
   checkpoint::expect_tensors_match(file, expected);
   return found;
+}
+
+// A parameter's names in a checkpoint: its own, the Transformer Engine spelling its layer
+// declares, and, under the final norm, the final norm's other prefixes the stack names.
+checkpoint::TensorNames names_of(const Parameter& p, const DecoderPlan& plan) {
+  checkpoint::TensorNames names{p.name, p.te_name.empty() ? p.name : p.te_name, {}};
+  if (p.name.starts_with(plan.final_norm_prefix))
+    for (const std::string& alias : plan.final_norm_aliases)
+      names.aliases.push_back(alias + p.name.substr(plan.final_norm_prefix.size()));
+  return names;
+}
+
+// Every ep rank's names of a parameter divided over the ep group (an expert), in ep-rank order.
+std::vector<checkpoint::TensorNames> expert_names(const distributed::Communicator& ep,
+                                                  const checkpoint::TensorNames& mine) {
+  const std::vector<std::string> local = gather_names(ep, mine.local);
+  const std::vector<std::string> te = gather_names(ep, mine.te);
+  std::vector<checkpoint::TensorNames> out;
+  for (std::size_t r = 0; r < local.size(); ++r) out.push_back({local[r], te[r], {}});
+  return out;
 }
 
 // One line for a checkpoint holding phi as earlier versions wrote it: read as it is, and
@@ -138,21 +153,63 @@ void report_earlier_layout(const std::filesystem::path& dir, const std::vector<s
                           "\" existed: read in that layout; new checkpoints store Megatron's [n*n+2n, n*C]");
 }
 
-// Where parameter i's two moments start in the optimizer's state tensors: two per parameter in
-// parameter order, none for a buffer (PLX_PARAM_BUFFER), which is checkpointed as a value only.
-std::vector<std::size_t> moment_positions(const ParameterStore& params) {
-  std::vector<std::size_t> first(params.size(), 0);
-  std::size_t next = 0;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    first[i] = next;
-    if (!params[i].is_buffer()) next += 2;
+const char* const kMomentSuffix[2] = {".exp_avg", ".exp_avg_sq"};
+
+}  // namespace
+
+namespace {
+
+// What a checkpoint's walk reads: every parameter's whole value and moments through the update
+// (under a strategy each gathers its unit: every rank walks the same order), and under expert
+// parallelism every ep rank's experts, gathered once per tensor (the walk reaches a tensor's
+// ranks one after another).
+class SaveWalk {
+ public:
+  SaveWalk(ParameterUpdate& update, const ParameterStore& params, const distributed::Communicator* ep)
+      : update_(update), params_(params), ep_(ep) {}
+  ~SaveWalk() {
+    try {
+      update_.end_save();
+    } catch (const std::exception& e) {
+      log_warn("trainer", std::string("releasing a unit after a checkpoint: ") + e.what());
+    }
   }
-  return first;
-}
+  SaveWalk(const SaveWalk&) = delete;
+  SaveWalk& operator=(const SaveWalk&) = delete;
 
-}  // namespace checkpoint_io
+  const Tensor& value(std::size_t p) { return update_.saved_value(p); }
+  Tensor moment(std::size_t p, int which) { return update_.saved_moment(p, which); }
+  const NamedTensor& expert_value(std::size_t p, std::size_t rank) {
+    if (!cached(p, kValue)) gathered_ = gather_named(*ep_, params_[p].name, value(p));
+    return gathered_.at(rank);
+  }
+  const NamedTensor& expert_moment(std::size_t p, int which, std::size_t rank) {
+    if (!cached(p, which)) {
+      const Tensor mine = moment(p, which);
+      Tensor copy(mine.shape(), mine.dtype(), mine.device());
+      copy.copy_from(mine);
+      gathered_ = gather_named(*ep_, params_[p].name + kMomentSuffix[which], copy);
+    }
+    return gathered_.at(rank);
+  }
 
-using namespace checkpoint_io;
+ private:
+  static constexpr int kValue = -1;
+  bool cached(std::size_t p, int which) {
+    const bool hit = gathered_param_ == p && gathered_which_ == which;
+    gathered_param_ = p;
+    gathered_which_ = which;
+    return hit;
+  }
+  ParameterUpdate& update_;
+  const ParameterStore& params_;
+  const distributed::Communicator* ep_;
+  std::vector<NamedTensor> gathered_;
+  std::size_t gathered_param_ = static_cast<std::size_t>(-1);
+  int gathered_which_ = kValue;
+};
+
+}  // namespace
 
 boost::json::object Trainer::Impl::checkpoint_state(int64_t steps_done) const {
   return {{"format", "plexus-checkpoint-1"},
@@ -162,60 +219,73 @@ boost::json::object Trainer::Impl::checkpoint_state(int64_t steps_done) const {
           {"config", run_config}};
 }
 
+// The files list every tensor in parameter order: a parameter's value in model.safetensors, its
+// two moments in optimizer.safetensors, each filled when the writer reaches it, so no rank holds
+// more than one unit's whole values (and one tensor's experts) at a time. Under expert
+// parallelism every rank lists every expert under its global name (the names of its ep group),
+// whatever the ep size that reads it. Rank 0 writes; the others run the same fills (their
+// gathers are collective) and discard the bytes.
 std::filesystem::path Trainer::Impl::save_checkpoint(int64_t steps_done) {
-  if (model->sharded() != nullptr) return save_sharded_checkpoint(steps_done);
   const std::filesystem::path root = output_dir / "checkpoints";
-  // Under expert parallelism a rank holds only its experts (the parameters whose gradients go
-  // over a group other than dp): rank 0 gathers them from its "ep" group, which holds every
-  // expert, so the file has each under its global name, whatever the ep size that reads it.
-  ParameterStore& params = model->parameters();
+  const ParameterStore& params = model->parameters();
   const distributed::Communicator* ep = runtime != nullptr ? runtime->group("ep") : nullptr;
-  const bool gather = ep != nullptr && ep->size() > 1;
-  const auto expert_parallel = [&](std::size_t i) { return gather && params[i].grad_group != "dp"; };
-  std::deque<NamedTensor> gathered;
-  std::vector<std::size_t> gathered_from(params.size(), 0);  // index into gathered of param i's first rank
-  const auto moments = optimizer->state_tensors();
-  const std::vector<std::size_t> moment_of = moment_positions(params);
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (!expert_parallel(i)) continue;
-    gathered_from[i] = gathered.size();
-    const std::size_t m = moment_of[i];
-    const std::pair<const std::string*, const Tensor*> parts[] = {{&params[i].name, &params[i].value},
-                                                                   {&moments[m].first, moments[m].second},
-                                                                   {&moments[m + 1].first, moments[m + 1].second}};
-    for (const auto& [name, tensor] : parts)
-      for (NamedTensor& g : gather_named(*ep, *name, *tensor)) gathered.push_back(std::move(g));
-  }
-  if (!writer) {
-    // Rank 0 writes; the others wait so that no rank runs ahead of a checkpoint that fails.
-    barrier();
-    return root / checkpoint::checkpoint_dir_name(steps_done);
-  }
-  std::vector<checkpoint::TensorData> model_tensors;
-  std::vector<checkpoint::TensorData> optimizer_tensors;
-  std::deque<Tensor> staged;  // host copies of device tensors, alive (and unmoved) until written
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (!expert_parallel(i)) {
-      model_tensors.push_back(tensor_data(params[i].name, params[i].value, checkpoint_names, staged));
-      if (!params[i].is_buffer())
-        for (std::size_t m = moment_of[i]; m < moment_of[i] + 2; ++m)
-          optimizer_tensors.push_back(tensor_data(moments[m].first, *moments[m].second, checkpoint_names, staged));
+  const bool experts_divided = ep != nullptr && ep->size() > 1;
+  SaveWalk walk(*update, params, ep);
+  std::vector<checkpoint::TensorData> model_tensors, optimizer_tensors;
+  const auto entry = [&](const checkpoint::TensorNames& names, const std::vector<int64_t>& shape,
+                         std::function<void(const checkpoint::StoredTensor&, std::span<std::byte>)> fill) {
+    const checkpoint::StoredTensor form = checkpoint::stored_form(names, shape, checkpoint_names);
+    checkpoint::TensorData t;
+    t.name = form.name;
+    t.dtype = checkpoint::DType::f32;
+    t.shape = form.shape;
+    t.fill = [form, fill = std::move(fill)](std::span<std::byte> out) { fill(form, out); };
+    return t;
+  };
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const Parameter& param = params[p];
+    const checkpoint::TensorNames names = names_of(param, model->plan());
+    if (param.is_buffer()) {  // whole on every rank, in the store; no moments
+      model_tensors.push_back(entry(names, param.shape, [&, p](const auto& form, std::span<std::byte> out) {
+        write_stored(form, params[p].value, out);
+      }));
       continue;
     }
-    const auto ranks = static_cast<std::size_t>(ep->size());
-    for (std::size_t part = 0; part < 3; ++part)
-      for (std::size_t r = 0; r < ranks; ++r) {
-        const NamedTensor& g = gathered[gathered_from[i] + part * ranks + r];
-        (part == 0 ? model_tensors : optimizer_tensors)
-            .push_back(tensor_data(g.name, g.value, checkpoint_names, staged));
-      }
+    if (experts_divided && param.grad_group != "dp") {
+      const std::vector<checkpoint::TensorNames> ranks = expert_names(*ep, names);
+      for (std::size_t r = 0; r < ranks.size(); ++r)
+        model_tensors.push_back(
+            entry(ranks[r], param.shape, [&, p, r](const auto& form, std::span<std::byte> out) {
+              write_stored(form, walk.expert_value(p, r).value, out);
+            }));
+      for (int which = 0; which < 2; ++which)
+        for (std::size_t r = 0; r < ranks.size(); ++r)
+          optimizer_tensors.push_back(entry(ranks[r].with_suffix(kMomentSuffix[which]), param.shape,
+                                            [&, p, r, which](const auto& form, std::span<std::byte> out) {
+                                              write_stored(form, walk.expert_moment(p, which, r).value, out);
+                                            }));
+      continue;
+    }
+    model_tensors.push_back(entry(names, param.shape, [&, p](const auto& form, std::span<std::byte> out) {
+      write_stored(form, walk.value(p), out);
+    }));
+    for (int which = 0; which < 2; ++which)
+      optimizer_tensors.push_back(entry(names.with_suffix(kMomentSuffix[which]), param.shape,
+                                        [&, p, which](const auto& form, std::span<std::byte> out) {
+                                          write_stored(form, walk.moment(p, which), out);
+                                        }));
   }
-  const boost::json::object state = checkpoint_state(steps_done);
-  std::filesystem::path dir =
-      checkpoint::write_checkpoint(root, steps_done, model_tensors, optimizer_tensors, state,
-                                   {{checkpoint::kLinearLayoutKey, checkpoint::kLinearLayoutOutIn}});
-  for (const auto& removed : checkpoint::prune_checkpoints(root, keep_last))
-    Logger::global().log(LogLevel::debug, "trainer", "removed old checkpoint " + removed.string());
+  std::filesystem::path dir = root / checkpoint::checkpoint_dir_name(steps_done);
+  if (writer) {
+    dir = checkpoint::write_checkpoint(root, steps_done, model_tensors, optimizer_tensors,
+                                       checkpoint_state(steps_done),
+                                       {{checkpoint::kLinearLayoutKey, checkpoint::kLinearLayoutOutIn}});
+    for (const auto& removed : checkpoint::prune_checkpoints(root, keep_last))
+      Logger::global().log(LogLevel::debug, "trainer", "removed old checkpoint " + removed.string());
+  } else {
+    checkpoint::run_checkpoint_fills(model_tensors, optimizer_tensors);
+  }
+  update->end_save();
   barrier();
   return dir;
 }
@@ -226,7 +296,8 @@ namespace {
 std::string decoder_layout(const DecoderPlan& plan) {
   std::string text;
   for (const DecoderLayerPlan& layer : plan.layers)
-    if (layer.mtp_depth == 0) text += "  " + layer.checkpoint_prefix + " '" + layer.symbol + "' " + layer.component + "\n";
+    if (layer.mtp_depth == 0)
+      text += "  " + layer.checkpoint_prefix + " '" + layer.symbol + "' " + layer.component + "\n";
   return text;
 }
 
@@ -235,14 +306,10 @@ std::string decoder_layout_differences(const PluginHost& host, const boost::json
   const DecoderPlan was = plan_decoder(host, saved, false);
   const DecoderPlan now = plan_decoder(host, current, false);
   if (decoder_layout(was) == decoder_layout(now)) return "";
-  const auto describe = [](const boost::json::value& config, const DecoderPlan& plan) {
-    const auto& model = config.at("model");
-    const std::string pattern(model.at("pattern").as_string());
-    return (pattern.empty() ? "the GPT of " + std::to_string(model.at("num_layers").to_number<int64_t>()) + " layers"
-                            : "the pattern \"" + pattern + "\"") +
-           " (" + std::to_string(plan.main_layers()) + " layers)";
+  const auto describe = [](const DecoderPlan& plan) {
+    return plan.summary + " (" + std::to_string(plan.main_layers()) + " layers)";
   };
-  return "\n  decoder: checkpoint " + describe(saved, was) + ", this run " + describe(current, now) +
+  return "\n  decoder: checkpoint " + describe(was) + ", this run " + describe(now) +
          "; their layers differ or are stored under other names (plexus checkpoint convert maps a GPT to the "
          "ungrouped layout and back)";
 }
@@ -260,13 +327,15 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
   // Keys a checkpoint written before they existed lacks are read at their defaults.
   boost::json::value saved_filled = *saved_config;
   try {
-    config::validate(saved_filled, framework_schema());
+    validate_saved_run_config(*host, saved_filled);
   } catch (const config::ConfigError& e) {
-    throw CheckpointError((dir / "state.json").string(), std::string("its run config is not valid here: ") + e.what());
+    throw CheckpointError((dir / "state.json").string(),
+                          std::string("its run config is not valid here: ") + e.what());
   }
   saved_config = &saved_filled;
   // The decoder's layout (which layer computes what, under which checkpoint names) rather than the
-  // keys that spell it: a GPT of L layers and the pattern "[*-]" x L are the same model.
+  // keys that spell it (the stack names them): a GPT of L layers and the pattern "[*-]" x L are
+  // the same model.
   differences += decoder_layout_differences(*host, *saved_config, run_config);
   // The model section and the connection (mhc): both shape the parameters. The mHC backend and
   // its options may change: every backend computes the same function.
@@ -276,6 +345,10 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
            mhc->at("enabled") == true;
   };
   const bool compare_mhc = mhc_enabled(*saved_config) || mhc_enabled(run_config);
+  const std::vector<std::string>& layout_keys = model->plan().layout_keys;
+  const auto is_layout_key = [&](std::string_view key) {
+    return std::find(layout_keys.begin(), layout_keys.end(), key) != layout_keys.end();
+  };
   for (const char* section : {"model", "mhc"}) {
     if (std::string_view(section) == "mhc" && !compare_mhc) continue;  // plain residual on both sides
     const boost::json::value* was_section = saved_config->as_object().if_contains(section);
@@ -284,7 +357,7 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
         was_section != nullptr && was_section->is_object() ? was_section->as_object() : empty;
     for (const auto& [key, value] : run_config.at(section).as_object()) {
       if (std::string_view(section) == "mhc" && (key == "backend" || key == "options")) continue;
-      if (std::string_view(section) == "model" && (key == "num_layers" || key == "pattern")) continue;  // the layout
+      if (std::string_view(section) == "model" && is_layout_key(key)) continue;  // compared as the layout
       const boost::json::value* old = was.if_contains(key);
       // A checkpoint from before the mhc section existed is of a model without mHC.
       const bool same = old != nullptr
@@ -307,11 +380,7 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
   if (!differences.empty())
     throw CheckpointError(dir,
                           "the checkpoint is of a different model than this run's config:" + differences);
-  if (model->sharded() != nullptr) {
-    load_sharded_tensors(dir, loaded);
-  } else {
-    load_tensors(dir, loaded);
-  }
+  load_tensors(dir, loaded);
   start_step = loaded.step;
   if (start_step > steps)
     throw CheckpointError(dir.string(), "checkpoint is at step " + std::to_string(start_step) +
@@ -319,35 +388,48 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
   log_info("trainer", "resumed from " + dir.string() + " at step " + std::to_string(start_step));
 }
 
-void Trainer::Impl::load_tensors(const std::filesystem::path& dir, const checkpoint::LoadedCheckpoint& loaded) {
+// Every tensor is found and checked (names in either spelling, shapes, phi's layout) before any
+// is read; then the values are written unit by unit through the model's residency and the
+// moments through the update, each rank keeping its part.
+void Trainer::Impl::load_tensors(const std::filesystem::path& dir,
+                                 const checkpoint::LoadedCheckpoint& loaded) {
   ParameterStore& params = model->parameters();
-  std::vector<std::pair<std::string, Tensor*>> parameters;
-  for (std::size_t i = 0; i < params.size(); ++i) parameters.emplace_back(params[i].name, &params[i].value);
-  const auto moments = optimizer->state_tensors();
-  std::vector<std::string> earlier_parameters;
-  std::vector<std::string> earlier_moments;
+  std::vector<Wanted> parameters, moments;
+  std::vector<std::size_t> moment_of(params.size(), 0);  // where parameter p's two moments start in `moments`
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const checkpoint::TensorNames names = names_of(params[p], model->plan());
+    parameters.push_back({names, params[p].shape});
+    moment_of[p] = moments.size();
+    if (params[p].is_buffer()) continue;  // checkpointed as a value only
+    for (const char* suffix : kMomentSuffix) moments.push_back({names.with_suffix(suffix), params[p].shape});
+  }
   // Under expert parallelism the file holds every expert; this rank loads its own and expects the
   // others' (named by the ranks of its ep group) to be there too.
-  std::vector<std::pair<std::string, const Tensor*>> other_parameters, other_moments;
+  std::vector<Wanted> other_parameters, other_moments;
   if (const distributed::Communicator* ep = runtime != nullptr ? runtime->group("ep") : nullptr;
       ep != nullptr && ep->size() > 1) {
-    const std::vector<std::size_t> moment_of = moment_positions(params);
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      if (params[i].grad_group == "dp") continue;
-      for (const std::string& name : gather_names(*ep, params[i].name))
-        if (name != params[i].name) other_parameters.emplace_back(name, &params[i].value);
-      for (std::size_t m = moment_of[i]; m < moment_of[i] + 2; ++m)
-        for (const std::string& name : gather_names(*ep, moments[m].first))
-          if (name != moments[m].first) other_moments.emplace_back(name, moments[m].second);
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      if (params[p].grad_group == "dp") continue;
+      const int64_t mine = ep->rank();
+      const std::vector<checkpoint::TensorNames> ranks = expert_names(*ep, parameters[p].names);
+      for (std::size_t r = 0; r < ranks.size(); ++r) {
+        if (static_cast<int64_t>(r) == mine) continue;
+        other_parameters.push_back({ranks[r], params[p].shape});
+        for (const char* suffix : kMomentSuffix)
+          other_moments.push_back({ranks[r].with_suffix(suffix), params[p].shape});
+      }
     }
   }
+  std::vector<std::string> earlier_parameters, earlier_moments;
   const auto stored_parameters =
       locate_all(loaded.model, parameters, checkpoint_names, earlier_parameters, other_parameters);
-  const auto stored_moments = locate_all(loaded.optimizer, moments, checkpoint_names, earlier_moments, other_moments);
-  for (std::size_t i = 0; i < parameters.size(); ++i)
-    copy_into(*parameters[i].second, loaded.model, stored_parameters[i]);
-  for (std::size_t i = 0; i < moments.size(); ++i)
-    copy_into(*moments[i].second, loaded.optimizer, stored_moments[i]);
+  const auto stored_moments =
+      locate_all(loaded.optimizer, moments, checkpoint_names, earlier_moments, other_moments);
+  model->write_parameters(
+      [&](std::size_t p) { copy_into(params[p].value, loaded.model, stored_parameters[p]); });
+  update->load_moments([&](std::size_t p, int which, Tensor& whole) {
+    copy_into(whole, loaded.optimizer, stored_moments[moment_of[p] + static_cast<std::size_t>(which)]);
+  });
   report_earlier_layout(dir, earlier_parameters, earlier_moments);
 }
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/sharded_adamw.hpp"
+#include "engine/parameter_update.hpp"
 #include "engine/plugin_metrics.hpp"
 #include "engine/progress.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
@@ -25,12 +25,9 @@ struct Trainer::Impl {
   std::unique_ptr<Model> model;
   std::unique_ptr<ConfigHandle> scheduler_config;
   std::unique_ptr<SchedulerInstance> scheduler;
-  std::unique_ptr<AdamW> optimizer;  // one data-parallel rank: the whole model here
-  // More than one: the parameters live with a data-parallel strategy (Model::sharded()), and the
-  // optimizer updates this rank's shards.
-  std::unique_ptr<ConfigHandle> strategy_config;
-  std::unique_ptr<ShardedAdamW> sharded_optimizer;
-  double last_lr() const { return sharded_optimizer ? sharded_optimizer->last_lr() : optimizer->last_lr(); }
+  // Gradient reduction, clipping, AdamW and the optimizer state, whether the parameters are whole
+  // here or live with a data-parallel strategy.
+  std::unique_ptr<ParameterUpdate> update;
 
   int64_t steps = 0, microbatches = 1, micro_batch_size = 1, seq_length = 1;
   int64_t eval_interval = 0, eval_iters = 1, log_interval = 1;
@@ -51,21 +48,34 @@ struct Trainer::Impl {
   // forward (ZeRO-3): every forward is collective, so each rank runs the same forwards
   // (evaluation rounds, the sample) as the others.
   bool collective_forward = false;
-  bool writer = true;  // world rank 0: metrics, progress, samples, checkpoints
+  bool writer = true;                    // world rank 0: metrics, progress, samples, checkpoints
   std::unique_ptr<StepProfile> profile;  // train.profile; nullptr when off
   double over_ranks(double value, distributed::ReduceOp op) const;  // dp group; itself on one rank
   void barrier() const;
-  // Under a strategy: every rank's shards checked; throws NonFiniteError on every rank when any
-  // rank finds a non-finite gradient (that rank names the parameter).
-  void check_sharded_gradients_finite() const;
-  // Per data-parallel rank: bytes of parameters, gradients and optimizer state held now, and the
-  // peak resident memory of the process (collective over dp).
-  boost::json::array memory_per_rank() const;
+
+  std::optional<double> flops_per_token;  // the model's, when every layer can tell
+  double tokens_per_step = 0;             // over every data-parallel rank
 
   std::ofstream metrics;
   std::unique_ptr<PluginMetrics> plugin_metrics;  // the plugins' report_metric values, per step
   std::vector<Batch> batches;
 
+  // trainer.cpp: one optimizer step over this rank's share of the step's global batch.
+  struct StepResult {
+    double loss = 0, grad_norm = 0, seconds = 0;
+  };
+  StepResult train_step(int64_t step);
+  // trainer_report.cpp: metrics, progress, evaluation and samples.
+  void open_metrics();
+  void report_start(const TrainerEvents& events);
+  void report_step(int64_t step, const StepResult& result, detail::Progress& progress,
+                   const TrainerEvents& events);
+  void report_eval(int64_t steps_done, detail::Progress& progress, TrainResult& result,
+                   const TrainerEvents& events);
+  void report_end(detail::Progress& progress, const TrainResult& result);
+  // Per data-parallel rank: bytes of parameters, gradients and optimizer state held now, and the
+  // peak resident memory of the process (collective over dp).
+  boost::json::array memory_per_rank() const;
   void write_metrics(const boost::json::object& record, const TrainerEvents& events);
   double evaluate();
   std::string sample(int64_t step);
@@ -73,9 +83,6 @@ struct Trainer::Impl {
   std::filesystem::path save_checkpoint(int64_t steps_done);
   void load_checkpoint(const std::filesystem::path& dir);
   void load_tensors(const std::filesystem::path& dir, const checkpoint::LoadedCheckpoint& loaded);
-  // trainer_checkpoint_sharded.cpp: the same files, streamed unit by unit through the strategy.
-  std::filesystem::path save_sharded_checkpoint(int64_t steps_done);
-  void load_sharded_tensors(const std::filesystem::path& dir, const checkpoint::LoadedCheckpoint& loaded);
   boost::json::object checkpoint_state(int64_t steps_done) const;
   // trainer_stop.cpp
   // Collective over the dp group when events.stop_signal is set: whether any rank asked to

@@ -13,6 +13,14 @@ int64_t model_int(const boost::json::object& model, const char* key) {
   return v->to_number<int64_t>();
 }
 
+// How the GPT's MoE layers are laid out (Megatron-LM's moe_layer_freq), for the summary.
+std::string moe_words(int64_t layer_freq) {
+  if (layer_freq == 1) return ", an MoE MLP in every layer (model.moe.layer_freq 1)";
+  if (layer_freq > 1)
+    return ", an MoE MLP every " + std::to_string(layer_freq) + " layers from layer 0 (model.moe.layer_freq)";
+  return "";
+}
+
 }  // namespace
 
 Stack::Stack(const boost::json::value& model_value, const boost::json::value& options) {
@@ -66,6 +74,7 @@ Stack::Stack(const boost::json::value& model_value, const boost::json::value& op
                                                : "mtp.layers." + std::to_string(layer.mtp_depth - 1) + ".layers." +
                                                      std::to_string(layer.physical) + ".";
     s.connection_prefix = spec.connection;
+    s.kind = spec.kind;
     strings_.push_back(std::move(s));
   }
   layers_.resize(pattern_.layers.size());
@@ -83,6 +92,7 @@ Stack::Stack(const boost::json::value& model_value, const boost::json::value& op
     l.options_path = strings_[i].options_path.c_str();
     l.checkpoint_prefix = strings_[i].checkpoint_prefix.c_str();
     l.connection_prefix = strings_[i].connection_prefix.c_str();
+    l.kind = strings_[i].kind.c_str();
     pointers_.push_back(&l);
   }
   // Megatron: GPT and grouped hybrids name the final norm decoder.final_layernorm, ungrouped
@@ -99,6 +109,10 @@ Stack::Stack(const boost::json::value& model_value, const boost::json::value& op
   description_.layers = pointers_.data();
   description_.final_norm_prefix = final_norm_prefix_.c_str();
   description_.final_norm_aliases = final_norm_aliases_.c_str();
+  summary_ = gpt ? "the GPT of " + std::to_string(num_layers) + " layers" + moe_words(moe_layer_freq)
+                 : "the pattern \"" + text + "\"";
+  description_.summary = summary_.c_str();
+  description_.layout_keys = "num_layers;pattern";
 }
 
 }  // namespace plexus::hybrid

@@ -24,13 +24,13 @@ class Stack {
 
  private:
   struct LayerStrings {
-    std::string symbol, component, options, options_path, checkpoint_prefix, connection_prefix;
+    std::string symbol, component, options, options_path, checkpoint_prefix, connection_prefix, kind;
   };
   Pattern pattern_;
   std::vector<LayerStrings> strings_;
   std::vector<plx_stack_layer> layers_;
   std::vector<const plx_stack_layer*> pointers_;
-  std::string final_norm_prefix_, final_norm_aliases_;
+  std::string final_norm_prefix_, final_norm_aliases_, summary_;
   plx_stack_description description_{};
 };
 

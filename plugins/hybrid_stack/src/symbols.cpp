@@ -37,21 +37,25 @@ SymbolTable::SymbolTable(const boost::json::value& model_value, const boost::jso
   attention.family = "self_attention";
   attention.connection = "self_attention_hyper_connection.";
   attention.meaning = "attention";
+  attention.kind = "attention";
   specs_['*'] = attention;
   SymbolSpec mlp = from_section(model, "mlp", "transformer.mlp");
   mlp.family = "mlp";
   mlp.connection = "mlp_hyper_connection.";
   mlp.meaning = "MLP";
+  mlp.kind = "mlp";
   specs_['-'] = mlp;
   SymbolSpec mamba = from_section(model, "mamba", "mamba.mixer");
   mamba.family = "mixer";
   mamba.connection = "mixer_hyper_connection.";
   mamba.meaning = "Mamba-2";
+  mamba.kind = "mamba";
   specs_['M'] = mamba;
   SymbolSpec moe = from_section(model, "moe", "moe.layer");
   moe.family = "mlp";
   moe.connection = "mlp_hyper_connection.";
   moe.meaning = "MoE";
+  moe.kind = "moe";
   specs_['E'] = moe;
 
   if (symbols.is_null()) return;
@@ -93,6 +97,7 @@ SymbolTable::SymbolTable(const boost::json::value& model_value, const boost::jso
       spec.connection = (spec.family.empty() ? std::string("layer") : spec.family) + "_hyper_connection.";
     }
     if (spec.meaning.empty()) spec.meaning = spec.component;
+    if (spec.kind.empty()) spec.kind = std::string("layer '") + symbol + "'";
     specs_[symbol] = spec;
   }
 }

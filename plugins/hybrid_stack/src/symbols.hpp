@@ -18,6 +18,7 @@ struct SymbolSpec {
   std::string family;        // checkpoint key family: "self_attention", "mlp", "mixer"; "" = its own
   std::string connection;    // mHC parameters' name: "self_attention_hyper_connection."
   std::string meaning;       // for `model show` and messages: "attention", "Mamba-2", ...
+  std::string kind;          // the engine's word in a layer's label: "attention", "mlp", "mamba", "moe"
 };
 
 class SymbolTable {

@@ -42,7 +42,13 @@ MixerConfig read_config(const plx_layer_create_args& args) {
   return MixerConfig::read(plexus::sdk::Host::current(), args.config, args.model_config);
 }
 
-uint32_t checked_layers(uint32_t num_layers) {
+// The layers that add to the residual stream, which scale out_proj's initialization: the create
+// args' residual_layers from a 1.6 host; from an older one num_layers, which in the hybrid models
+// a Mamba layer belongs to counts every physical layer (Megatron's hybrid rule).
+uint32_t checked_layers(const plx_layer_create_args& args) {
+  const uint32_t num_layers =
+      PLX_HAS_FIELD(&args, plx_layer_create_args, residual_layers) && args.residual_layers > 0 ? args.residual_layers
+                                                                                              : args.num_layers;
   if (num_layers < 1)
     throw Error(PLX_ERR_INVALID_ARGUMENT,
                 std::string(kComponent) +
@@ -55,7 +61,7 @@ class Mixer final : public plexus::sdk::Layer {
  public:
   explicit Mixer(const plx_layer_create_args& args)
       : config_(read_config(args)),
-        params_(declare_params(config_, checked_layers(args.num_layers))),
+        params_(declare_params(config_, checked_layers(args))),
         device_(args.device),
         device_impl_(device_.device_type == kDLCUDA ? make_cuda_mixer(config_, device_) : nullptr) {}
 

@@ -64,10 +64,14 @@ ParamList declare_params(const MixerConfig& c, uint32_t num_layers) {
   const auto next = [&] { return static_cast<uint32_t>(s.size()); };
 
   ix.norm_weight = next();
+  // Megatron's Transformer Engine hybrid spec fuses the pre-norm into the mixer's input
+  // projection, which then holds its weight and bias: the second spelling of their names.
   s.push_back(spec("norm.weight", {c.d_model}, PLX_INIT_ONES, 0, 0, no_decay));
+  s.back().te_name = "mixer.in_proj.layer_norm_weight";
   if (!c.rms_prenorm) {
     ix.norm_bias = next();
     s.push_back(spec("norm.bias", {c.d_model}, PLX_INIT_ZEROS, 0, 0, no_decay));
+    s.back().te_name = "mixer.in_proj.layer_norm_bias";
   }
   ix.in_proj = next();
   s.push_back(spec("mixer.in_proj.weight", {c.in_proj_rows(), c.d_model}, PLX_INIT_NORMAL, c.init_std, 0, 0));

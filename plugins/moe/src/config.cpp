@@ -51,7 +51,7 @@ double coefficient(const plexus::sdk::Host& host, plx_config options, const char
 }  // namespace
 
 MoeConfig MoeConfig::read(const plexus::sdk::Host& host, plx_config options, plx_config model,
-                          uint32_t num_layers) {
+                          uint32_t residual_layers) {
   MoeConfig c;
   // The model section (the engine validated it; a direct caller may not have).
   c.hidden = host.config_int(model, "hidden_size");
@@ -74,14 +74,14 @@ MoeConfig MoeConfig::read(const plexus::sdk::Host& host, plx_config options, plx
     throw Error(PLX_ERR_INVALID_ARGUMENT,
                 "model activation must be \"gelu\" or \"swiglu\", got \"" + activation + "\"");
   c.swiglu = activation == "swiglu";
-  if (num_layers < 1)
+  if (residual_layers < 1)
     throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) +
                                               ": num_layers in the create args must be at least 1 (it scales "
                                               "linear_fc2's initialization), got 0");
   // Megatron's output_layer_init_method, as the dense MLP: std / sqrt(2 L) for a GPT and
-  // std / sqrt(L) for a hybrid model, whose L counts every physical layer.
-  const bool hybrid = host.config_bool_if(model, "is_hybrid_model").value_or(false);
-  c.output_init_std = c.init_std / std::sqrt((hybrid ? 1.0 : 2.0) * static_cast<double>(num_layers));
+  // std / sqrt(L) for a hybrid model, whose L counts every physical layer; both are over the
+  // square root of the layers that add to the residual stream (plx_layer_residual_layers).
+  c.output_init_std = c.init_std / std::sqrt(static_cast<double>(residual_layers));
 
   c.experts = host.config_int_if(options, "num_moe_experts").value_or(8);
   if (c.experts < 1) bad_option("num_moe_experts", "must be at least 1, got " + std::to_string(c.experts));

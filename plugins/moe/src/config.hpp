@@ -52,9 +52,10 @@ struct MoeConfig {
 
   // Reads and checks everything; throws plexus::sdk::Error naming the option or model key and
   // what was expected. Absent options take their defaults (the engine fills them from the
-  // schema; a host that does not validate gets the same values).
+  // schema; a host that does not validate gets the same values). `residual_layers`: the create
+  // args' plx_layer_residual_layers, which scales linear_fc2's initialization.
   static MoeConfig read(const plexus::sdk::Host& host, plx_config options, plx_config model,
-                        uint32_t num_layers);
+                        uint32_t residual_layers);
 };
 
 // The options' schema (JSON text, the subset docs/config.md describes).

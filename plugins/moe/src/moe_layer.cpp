@@ -115,7 +115,7 @@ MoeConfig read_config(const plx_layer_create_args& args) {
                                          (cuda_built() ? " runs on the CPU or a CUDA GPU only (device type "
                                                        : " runs on the CPU only (device type ") +
                                          std::to_string(static_cast<int>(device.device_type)) + " requested)");
-  return MoeConfig::read(plexus::sdk::Host::current(), args.config, args.model_config, args.num_layers);
+  return MoeConfig::read(plexus::sdk::Host::current(), args.config, args.model_config, plx_layer_residual_layers(&args));
 }
 
 // What the CUDA path does not do yet, refused when the layer is created (before the device is
@@ -143,8 +143,14 @@ class MoeLayer final : public plexus::sdk::Layer {
     }
     steps_ = ep_.parallel() ? std::vector<Step>{kRoute, kDispatch, kExperts, kCombine, kUnpermute}
                             : std::vector<Step>{kRoute, kExperts, kUnpermute};
+    // Megatron's Transformer Engine layer spec names the pre-MLP norm as part of linear_fc1
+    // (its sharded_state_dict_keys_map): the second spelling of the norm's names.
     add("pre_mlp_layernorm.weight", {c.hidden}, PLX_INIT_ONES, 0, PLX_PARAM_NO_WEIGHT_DECAY);
-    if (!c.rms_prenorm) add("pre_mlp_layernorm.bias", {c.hidden}, PLX_INIT_ZEROS, 0, PLX_PARAM_NO_WEIGHT_DECAY);
+    specs_.back().te_name = "mlp.linear_fc1.layer_norm_weight";
+    if (!c.rms_prenorm) {
+      add("pre_mlp_layernorm.bias", {c.hidden}, PLX_INIT_ZEROS, 0, PLX_PARAM_NO_WEIGHT_DECAY);
+      specs_.back().te_name = "mlp.linear_fc1.layer_norm_bias";
+    }
     router_index_ = static_cast<uint32_t>(specs_.size());
     add("mlp.router.weight", {c.experts, c.hidden}, PLX_INIT_NORMAL, c.init_std, 0);
     // Megatron's name for the aux-loss-free bias: state the layer updates itself (a buffer),

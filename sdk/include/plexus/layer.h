@@ -72,6 +72,11 @@ typedef struct plx_param_spec {
    * over "expert_dp"), whose gradient already holds the data of the other ranks that sent it
    * tokens, the same mean over the data-parallel ranks. */
   const char* grad_group;
+  /* ABI 1.6: the parameter's name, within the layer like `name`, in Megatron's Transformer
+   * Engine spelling when that differs: a pre-norm that TE fuses into the linear after it
+   * ("input_layernorm.weight" is "self_attention.linear_qkv.layer_norm_weight"). Checkpoints are
+   * written in the spelling checkpoint.names chooses and read in either. NULL: one spelling. */
+  const char* te_name;
 } plx_param_spec;
 
 /* Layer flags (plx_layer_info.flags). */
@@ -95,7 +100,23 @@ typedef struct plx_layer_create_args {
   DLDevice device;
   plx_config config;       /* the component's own section, validated, defaults filled */
   plx_config model_config; /* the model section shared by all layers (hidden size, ...) */
+  /* ABI 1.6: the layers that add to the residual stream (every physical layer of the main
+   * decoder, as the model's stack describes it). Depth-scaled initialization of an output
+   * projection divides its std by the square root of this: Megatron's GPT rule
+   * std / sqrt(2 * num_layers) and its hybrid rule std / sqrt(num_layers) (num_layers counting
+   * physical layers) are both std / sqrt(residual_layers). 0 from a host before 1.6 (read it
+   * through plx_layer_residual_layers, which then gives 2 * num_layers, the GPT rule). */
+  uint32_t residual_layers;
+  uint32_t reserved2;
 } plx_layer_create_args;
+
+/* The residual depth of a layer's create args: residual_layers from a 1.6 host, the GPT rule
+ * 2 * num_layers from an older one. */
+static inline uint32_t plx_layer_residual_layers(const plx_layer_create_args* args) {
+  if (args->struct_size >= PLX_FIELD_END(plx_layer_create_args, residual_layers) && args->residual_layers > 0)
+    return args->residual_layers;
+  return 2u * args->num_layers;
+}
 
 #define PLX_FORWARD_TRAINING (1u << 0) /* keep in the state what backward will need */
 
@@ -207,10 +228,12 @@ PLX_PIN_SIZE(plx_stage_info, 16);
 PLX_PIN_OFFSET(plx_param_spec, desc, 16);
 PLX_PIN_OFFSET(plx_param_spec, init, 88);
 PLX_PIN_OFFSET(plx_param_spec, grad_group, 112);
-PLX_PIN_SIZE(plx_param_spec, 120);
+PLX_PIN_OFFSET(plx_param_spec, te_name, 120); /* ABI 1.6 */
+PLX_PIN_SIZE(plx_param_spec, 128);
 PLX_PIN_SIZE(plx_layer_info, 24);
 PLX_PIN_OFFSET(plx_layer_create_args, device, 16);
-PLX_PIN_SIZE(plx_layer_create_args, 40);
+PLX_PIN_OFFSET(plx_layer_create_args, residual_layers, 40); /* ABI 1.6 */
+PLX_PIN_SIZE(plx_layer_create_args, 48);
 PLX_PIN_OFFSET(plx_forward_args, outputs, 32);
 PLX_PIN_SIZE(plx_forward_args, 72);
 PLX_PIN_OFFSET(plx_backward_args, grad_inputs, 32);

@@ -44,6 +44,10 @@ typedef struct plx_stack_layer {
   /* The name of the connection's parameters under mHC, after the prefix:
    * "self_attention_hyper_connection." for attention, "mlp_hyper_connection." for an MLP. */
   const char* connection_prefix;
+  /* ABI 1.6: one word for what the layer is, in the engine's labels, messages and profiles
+   * ("decoder.layers.3 attention"): "attention", "mlp", "mamba", "moe", ... NULL (a stack built
+   * before 1.6): the engine says "layer '<symbol>'". */
+  const char* kind;
 } plx_stack_layer;
 
 typedef struct plx_stack_description {
@@ -59,6 +63,15 @@ typedef struct plx_stack_description {
   const char* final_norm_prefix; /* the final norm's checkpoint prefix: "decoder.final_layernorm." */
   /* Other spellings of the final norm's prefix that loading accepts ("decoder.final_norm."), separated by ';'. */
   const char* final_norm_aliases;
+  /* ABI 1.6: the decoder in the stack's own words, for messages that must say which model a
+   * config or a checkpoint describes: "the GPT of 4 layers", "the pattern \"M*M-\"". NULL (a
+   * stack built before 1.6): the engine says "the decoder of N layers (<stack>)". */
+  const char* summary;
+  /* ABI 1.6: the keys of the model section the decoder's layout is spelled by, ';'-separated
+   * ("num_layers;pattern"): two configs whose described layouts agree are the same decoder
+   * whatever these keys say (a GPT of 4 layers and the pattern "[*-][*-][*-][*-]"), so a resume
+   * compares the layout instead of them. NULL: none. */
+  const char* layout_keys;
 } plx_stack_description;
 
 typedef struct plx_stack_v1 {
@@ -73,9 +86,12 @@ typedef struct plx_stack_v1 {
 PLX_PIN_SIZE(plx_stack_create_args, 24);
 PLX_PIN_OFFSET(plx_stack_layer, symbol, 24);
 PLX_PIN_OFFSET(plx_stack_layer, connection_prefix, 64);
-PLX_PIN_SIZE(plx_stack_layer, 72);
+PLX_PIN_OFFSET(plx_stack_layer, kind, 72); /* ABI 1.6 */
+PLX_PIN_SIZE(plx_stack_layer, 80);
 PLX_PIN_OFFSET(plx_stack_description, layers, 24);
-PLX_PIN_SIZE(plx_stack_description, 48);
+PLX_PIN_OFFSET(plx_stack_description, summary, 48); /* ABI 1.6 */
+PLX_PIN_OFFSET(plx_stack_description, layout_keys, 56); /* ABI 1.6 */
+PLX_PIN_SIZE(plx_stack_description, 64);
 PLX_PIN_OFFSET(plx_stack_v1, describe, 24);
 PLX_PIN_SIZE(plx_stack_v1, 32);
 

@@ -2,7 +2,7 @@
 // there. Two things may differ from memory:
 //
 //  - the spelling of the name (tensor_names.hpp): written as checkpoint.names says, read in
-//    either spelling;
+//    either spelling or under an alias;
 //  - the layout of the mHC projection phi ("decoder.layers.<i>.<sub>_hyper_connection.
 //    mapping_proj.weight", and its optimizer moments). The "mhc" family takes phi as
 //    [n*C, n*n + 2n] (input rows, output columns); a checkpoint stores it as Megatron's
@@ -42,16 +42,16 @@ struct StoredTensor {
   bool earlier_layout = false;      // phi of a file without kLinearLayoutKey, stored as in memory
 };
 
-// How the tensor `name`, of in-memory `shape`, is written under `style`.
-[[nodiscard]] StoredTensor stored_form(std::string_view name, std::span<const std::int64_t> shape,
+// How the tensor named `names`, of in-memory `shape`, is written under `style`.
+[[nodiscard]] StoredTensor stored_form(const TensorNames& names, std::span<const std::int64_t> shape,
                                        NameStyle style);
 
-// Where the tensor `name` (either spelling), of in-memory `shape`, is in `file` and in which
-// layout. A tensor the file lacks comes back under its `style` spelling in the shape it should
-// have, for expect_tensors_match to report as missing. Throws CheckpointError naming the file
-// when the file holds the tensor under both spellings (naming both), or when its
+// Where the tensor named `names` (either spelling, or an alias), of in-memory `shape`, is in
+// `file` and in which layout. A tensor the file lacks comes back under its `style` spelling in the
+// shape it should have, for expect_tensors_match to report as missing. Throws CheckpointError
+// naming the file when the file holds the tensor under both spellings (naming both), or when its
 // kLinearLayoutKey has a value this version does not know.
-[[nodiscard]] StoredTensor locate(const SafetensorsFile& file, std::string_view name,
+[[nodiscard]] StoredTensor locate(const SafetensorsFile& file, const TensorNames& names,
                                   std::span<const std::int64_t> shape, NameStyle style);
 
 // Writes the transpose of the row-major [rows, cols] matrix src (elements of element_size

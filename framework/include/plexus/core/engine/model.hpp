@@ -1,11 +1,12 @@
-// A GPT-style model assembled from layer components:
-//   embedding -> num_layers x (attention, MLP), each wrapped in a residual connection ->
-//   final norm -> LM head with cross-entropy loss.
-// The residual connection belongs to the engine, not to the layers (architecture.md), which is
-// what lets a different connection (mHC) wrap the same layers later.
+// A language model on one rank, assembled from layer components as the model's stack describes
+// it (plexus/core/engine/decoder_plan.hpp):
+//   embedding -> the decoder's layers, each wrapped in the connection (residual or mHC) ->
+//   final norm -> LM head with cross-entropy loss,
+// or the part of it this rank holds: its chunks (docs/architecture.md, "The engine"). The
+// connection belongs to the engine, not to the layers, so every layer works with every connection.
 //
-// Each component is one "unit". A scheduler drives (microbatch, unit, stage) calls through a
-// plx_schedule_env the model provides; the model checks the order it is driven in.
+// Each layer component instance is one unit. A scheduler drives (microbatch, unit, stage) calls
+// through a plx_schedule_env the model provides; the model checks the order it is driven in.
 #pragma once
 
 #include <boost/json/object.hpp>
@@ -18,9 +19,9 @@
 #include <vector>
 
 #include "plexus/core/components.hpp"
+#include "plexus/core/engine/decoder_plan.hpp"
 #include "plexus/core/engine/parameters.hpp"
 #include "plexus/core/engine/tensor.hpp"
-#include "plexus/core/mhc_backend.hpp"
 #include "plexus/core/plugin_host.hpp"
 
 namespace plexus {
@@ -70,23 +71,48 @@ class NonFiniteError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// One contiguous piece of the model that a rank builds and a schedule runs as one: the decoder's
+// logical layers [first_layer, end_layer), with the embedding before them when it starts the
+// model and the final norm and head after them when it ends it (docs/architecture.md,
+// "Placement").
+struct ChunkSpec {
+  uint32_t first_layer = 0, end_layer = 0;
+  bool embedding = false;
+  bool output_layers = false;
+};
+
+// The chunks one model object builds, in forward order.
+struct ModelPlacement {
+  std::vector<ChunkSpec> chunks;
+  // One chunk holding the whole model: what a rank builds without pipeline parallelism.
+  static ModelPlacement whole(const DecoderPlan& plan);
+};
+
+struct ModelOptions {
+  ModelPlacement placement;  // no chunks: the whole model
+  // The parameters will be handed to a data-parallel strategy (shard_parameters, then
+  // initialize), so none is allocated whole here.
+  bool deferred_parameters = false;
+};
+
 class StepProfile;
 class ShardedParameters;
+class Connection;
+class ParameterResidency;
 namespace distributed {
 class Runtime;
 }
-enum class UnitRole;
 
 class Model {
  public:
-  // `sharded`: the parameters will be handed to a data-parallel strategy (shard_parameters,
-  // then initialize), so none is allocated whole here.
-  Model(const PluginHost& host, const boost::json::value& run_config, bool sharded = false);
+  Model(const PluginHost& host, const boost::json::value& run_config, ModelOptions options = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
   const ModelSettings& settings() const noexcept { return settings_; }
+  // The whole model's decoder, as the stack describes it (this rank may hold part of it).
+  const DecoderPlan& plan() const noexcept { return plan_; }
   // Where the parameters live and the layers run (run.device).
   DLDevice device() const noexcept { return device_; }
   ParameterStore& parameters() noexcept { return params_; }
@@ -94,32 +120,54 @@ class Model {
   // Every parameter from its init spec (or its layer's initializer). Under a data-parallel
   // strategy unit by unit: each unit written whole, then only this rank's part kept.
   void initialize(uint64_t seed);
+  // Calls write(p) for every parameter while its whole value is there to be written (loading a
+  // checkpoint): under a data-parallel strategy unit by unit, each rank keeping its part.
+  void write_parameters(const std::function<void(std::size_t)>& write);
 
-  // Forward and backward of every microbatch in the order the scheduler chooses; gradients
-  // accumulate (the caller zeroes them). Returns the mean loss over the microbatches.
+  // Forward and backward of every microbatch in the order the scheduler chooses, through a model
+  // of one chunk holding the whole model; gradients accumulate (the caller zeroes them). Returns
+  // the mean loss over the microbatches.
   double forward_backward(const SchedulerInstance& scheduler, const std::vector<Batch>& microbatches);
   // Times every unit's forward and backward and every mHC connection of training microbatches
   // into `profile` (nullptr: off); evaluation is not timed.
   void set_profile(StepProfile* profile) noexcept { profile_ = profile; }
 
+  // The chunks, for a pipeline schedule: one microbatch through one chunk. start_microbatches
+  // begins a step's microbatches on every chunk; a chunk without the embedding takes its input
+  // from set_chunk_input (the previous chunk's take_chunk_output) before its forward, and a chunk
+  // without the head its output gradient from set_chunk_output_grad (the next chunk's
+  // take_chunk_input_grad) before its backward. finish_microbatches checks every microbatch
+  // completed on every chunk, frees them, and returns the mean loss of those whose chunk holds the
+  // head (0 when none does).
+  std::size_t num_chunks() const noexcept;
+  void start_microbatches(const std::vector<Batch>& microbatches, bool training);
+  void forward_chunk(uint32_t chunk, uint32_t microbatch);
+  void backward_chunk(uint32_t chunk, uint32_t microbatch);
+  Tensor take_chunk_output(uint32_t chunk, uint32_t microbatch);
+  void set_chunk_input(uint32_t chunk, uint32_t microbatch, Tensor stream);
+  Tensor take_chunk_input_grad(uint32_t chunk, uint32_t microbatch);
+  void set_chunk_output_grad(uint32_t chunk, uint32_t microbatch, Tensor grad);
+  double finish_microbatches();
+
   // Hands the parameters to a data-parallel strategy component (plexus/data_parallel.h), before
-  // initialize() for a model built `sharded` (or after it, moving the values in): the model is
-  // cut into FSDP units (the embedding; every `layers_per_unit`
-  // logical decoder layers; the final norm with the head), whose whole values exist while a
-  // unit's forward or backward runs, and whose gradients go to the strategy as each unit's
-  // backward completes. Throws config::ConfigError for a unit size that does not divide the
-  // decoder's logical layers or that would make the whole decoder one unit.
+  // initialize() for a model built with deferred parameters (or after it, moving the values in):
+  // the model is cut into FSDP units (the embedding; every `layers_per_unit` logical decoder
+  // layers; the final norm with the head), whose whole values exist while a unit's forward or
+  // backward runs, and whose gradients go to the strategy as each unit's backward completes.
+  // Throws config::ConfigError for a unit size that does not divide a chunk's logical layers or
+  // that would make a chunk's whole decoder one unit.
   void shard_parameters(const Component& strategy, plx_config options, int64_t layers_per_unit,
                         const distributed::Runtime& runtime);
-  ShardedParameters* sharded() noexcept { return sharded_.get(); }
-  const ShardedParameters* sharded() const noexcept { return sharded_.get(); }
+  // The strategy's buffers, or nullptr when the parameters are whole here.
+  ShardedParameters* sharded() noexcept;
+  const ShardedParameters* sharded() const noexcept;
   // Calls every layer's after_step (ABI 1.5) once the optimizer has taken step `step` (0-based),
   // so layers update their buffers (PLX_PARAM_BUFFER) from the step's training forwards.
   void after_step(int64_t step);
   // Whether any layer has an after_step (the trainer times the call only then).
   bool has_after_step() const;
 
-  // Forward only; returns the loss.
+  // Forward only, through a model of one chunk holding the whole model; returns the loss.
   double evaluate(const Batch& batch);
   // Forward only; returns the logits [vocab] of position `position` of sequence 0.
   std::vector<float> next_token_logits(const Batch& batch, int64_t position);
@@ -130,74 +178,63 @@ class Model {
   // Model FLOPs of one training step's forward+backward per token, when every layer can tell.
   std::optional<double> flops_per_token() const;
 
-  // One row per physical unit, in forward order, for `plexus model show`.
+  // One row per unit, in forward order, for `plexus model show`.
   struct UnitSummary {
-    std::string label;      // "decoder.layers.1 attention (transformer.attention)"
-    std::string kind;       // "embedding", "decoder", "final norm", "head"
-    std::string symbol;     // the pattern symbol of a decoder layer, else ""
+    std::string label;   // "decoder.layers.1 attention (transformer.attention)"
+    std::string kind;    // "embedding", "decoder", "final norm", "head"
+    std::string symbol;  // the stack's symbol of a decoder layer, else ""
     std::string component;
     int64_t physical = -1, logical = -1, segment = -1;  // decoder layers only
-    int64_t parameters = 0;                             // elements, the mHC connection's included
+    int64_t parameters = 0;                             // elements, the connection's included
+    // The checkpoint names of its parameters and the connection's, in both spellings where a layer
+    // declares a second (plx_param_spec.te_name): what a checkpoint holds of this unit.
+    std::vector<std::string> tensor_names;
     // Forward + backward, when the layer can tell; under mHC its connection's products included.
     std::optional<double> flops_per_token;
   };
   std::vector<UnitSummary> summary() const;
-  // The matrix-product FLOPs (forward + backward) of one mHC connection per token.
-  double mhc_connection_flops_per_token() const;
+  // The matrix-product FLOPs (forward + backward) of the connection around one decoder layer, per
+  // token (0 for the plain residual).
+  double connection_flops_per_token() const;
 
   struct Unit;
+  struct Chunk;
   struct Run;
 
  private:
-  struct LayerSource {  // a layer component and its validated options
-    std::string component;
-    boost::json::value options;
-    std::string options_path;
-  };
-  void build_unit(const LayerSource& source, UnitRole role, const std::string& prefix, const std::string& label,
-                  uint32_t layer_index, const std::string& connection_prefix);
-  void forward_stage(Run& run, uint32_t unit, uint32_t stage);
-  void backward_stage(Run& run, uint32_t unit, uint32_t stage);
-  // The weight gradients of a unit whose backward left them out (split_weights_), and what the
-  // engine does once a unit is through both (model_run.cpp).
-  void backward_weights(Run& run, uint32_t unit);
-  void finish_unit_backward(Run& run, uint32_t unit);
-  void check_weight_gradients_done(const Run& run) const;
-  void refresh_views(Unit& unit);
-  std::unique_ptr<Run> start_run(const Batch& batch, bool training, uint32_t microbatch, double loss_scale);
-  void run_forward(Run& run);
-
-  void declare_mhc_parameters(Unit& unit, const std::string& prefix);
+  struct UnitSource;  // model_build.cpp
+  void build_chunk(const boost::json::value& model_section, const ChunkSpec& spec);
+  void build_unit(const UnitSource& source);
+  // model_run.cpp: a stage in one sentence, and its parts.
+  void forward_stage(Run& run, std::size_t unit, uint32_t stage);
+  void backward_stage(Run& run, std::size_t unit, uint32_t stage);
+  void backward_weights(Run& run, std::size_t unit);
+  std::vector<DLTensor> forward_inputs(Run& run, std::size_t unit, uint32_t stage);
+  void fold_forward(Run& run, std::size_t unit);
+  void fold_backward(Run& run, std::size_t unit);
+  void finish_unit_backward(Run& run, std::size_t unit);
+  std::unique_ptr<Run> start_run(uint32_t chunk, const Batch& batch, bool training, uint32_t microbatch,
+                                 double loss_scale);
+  Run& run_of(uint32_t chunk, uint32_t microbatch);
+  const Chunk& whole_model_chunk(const char* what) const;
   void initialize_one(std::size_t param, uint64_t seed);
 
   ModelSettings settings_;
+  DecoderPlan plan_;
   const PluginHost* host_;
   DLDevice device_{kDLCPU, 0};
   ParameterStore params_;
-  std::unique_ptr<ConfigHandle> mhc_config_;
-  std::unique_ptr<MhcBackend> mhc_backend_;
-  std::vector<std::unique_ptr<Unit>> units_;  // physical: the embedding, every decoder layer, final norm, head
-  // What a scheduler sees as units: the embedding, each logical decoder layer (a group's layers
-  // together), the final norm and the head; their stages are their physical units' in order.
-  struct LogicalUnit {
-    std::size_t first = 0;  // index into units_
-    std::size_t count = 0;
-  };
-  std::vector<LogicalUnit> logical_units_;
-  std::vector<std::string> final_norm_aliases_;  // other checkpoint prefixes of the final norm
+  std::unique_ptr<Connection> connection_;
+  std::unique_ptr<ParameterResidency> residency_;
   std::unique_ptr<ConfigHandle> model_config_;
-  std::vector<std::unique_ptr<Run>> runs_;  // microbatches of the current step
+  std::vector<std::unique_ptr<Unit>> units_;  // every chunk's, in forward order
+  std::vector<Chunk> chunks_;
+  std::vector<std::vector<std::unique_ptr<Run>>> runs_;  // [chunk][microbatch] of the current step
   // This step's scheduler asked for weight gradients apart (plx_schedule_env.split_weight_gradients):
   // the backward of a layer with backward_weights leaves them out until the scheduler's call.
   bool split_weights_ = false;
   StepProfile* profile_ = nullptr;
-  // Under a data-parallel strategy: the FSDP unit of each physical unit, and whether it is the
-  // first or last physical unit of it (where its values are acquired and released).
-  std::unique_ptr<ShardedParameters> sharded_;
-  std::vector<std::size_t> fsdp_of_;
-  std::vector<bool> fsdp_first_, fsdp_last_;
   friend struct ScheduleEnvBridge;
-  friend struct MhcStep;
 };
 
 }  // namespace plexus

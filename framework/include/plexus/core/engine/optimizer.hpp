@@ -46,6 +46,8 @@ class AdamW {
   // Optimizer state for checkpoints: "<param>.exp_avg" / "<param>.exp_avg_sq", two per
   // parameter in parameter order, none for a buffer (PLX_PARAM_BUFFER), which it never updates.
   std::vector<std::pair<std::string, Tensor*>> state_tensors();
+  // Parameter p's moment `which` (0: exp_avg, 1: exp_avg_sq); empty for a buffer.
+  Tensor& moment(std::size_t p, int which) { return which == 0 ? exp_avg_.at(p) : exp_avg_sq_.at(p); }
 
  private:
   ParameterStore* params_;

@@ -16,6 +16,9 @@ namespace plexus {
 
 struct Parameter {
   std::string name;  // full checkpoint name, e.g. "decoder.layers.0.mlp.linear_fc1.weight"
+  // Its full name in Megatron's Transformer Engine spelling, when its layer declares one
+  // (plx_param_spec.te_name); empty: the same as name.
+  std::string te_name;
   uint32_t flags = 0;
   uint32_t init = 0;
   double init_a = 0;

@@ -1,0 +1,119 @@
+// A step's microbatches on the model's chunks: the pieces a schedule drives. A chunk that does
+// not start with the embedding receives the stream its predecessor ends with, and sends the
+// stream's gradient back; the stream is the connection's (docs/architecture.md, "The model
+// object").
+#include <cmath>
+#include <string>
+
+#include "engine/model_internal.hpp"
+
+namespace plexus {
+namespace {
+
+std::string where(uint32_t chunk, uint32_t microbatch) {
+  return "microbatch " + std::to_string(microbatch) + " of chunk " + std::to_string(chunk);
+}
+
+}  // namespace
+
+void Model::start_microbatches(const std::vector<Batch>& microbatches, bool training) {
+  if (microbatches.empty()) throw std::runtime_error("a step needs at least one microbatch");
+  runs_.clear();
+  const double scale = 1.0 / static_cast<double>(microbatches.size());
+  runs_.resize(chunks_.size());
+  for (uint32_t c = 0; c < chunks_.size(); ++c)
+    for (uint32_t i = 0; i < microbatches.size(); ++i)
+      runs_[c].push_back(start_run(c, microbatches[i], training, i, scale));
+}
+
+Model::Run& Model::run_of(uint32_t chunk, uint32_t microbatch) {
+  if (chunk >= runs_.size() || microbatch >= runs_[chunk].size())
+    throw std::runtime_error("no " + where(chunk, microbatch) + " in flight (" +
+                             std::to_string(runs_.size()) + " chunks, " +
+                             std::to_string(runs_.empty() ? 0 : runs_[0].size()) + " microbatches)");
+  return *runs_[chunk][microbatch];
+}
+
+void Model::forward_chunk(uint32_t chunk, uint32_t microbatch) {
+  Run& run = run_of(chunk, microbatch);
+  for (std::size_t u = run.chunk->first_unit; u < run.chunk->end_unit; ++u)
+    for (uint32_t s = 0; s < units_[u]->num_stages(); ++s) forward_stage(run, u, s);
+}
+
+void Model::backward_chunk(uint32_t chunk, uint32_t microbatch) {
+  Run& run = run_of(chunk, microbatch);
+  for (std::size_t u = run.chunk->end_unit; u-- > run.chunk->first_unit;)
+    for (uint32_t s = units_[u]->num_stages(); s-- > 0;) backward_stage(run, u, s);
+}
+
+Tensor Model::take_chunk_output(uint32_t chunk, uint32_t microbatch) {
+  Run& run = run_of(chunk, microbatch);
+  if (run.chunk->head)
+    throw std::runtime_error(where(chunk, microbatch) + " ends with the head: its output is the loss");
+  if (!run.forward_complete())
+    throw std::runtime_error(where(chunk, microbatch) + ": its output is taken before its forward completed");
+  return connection_->take_stream(*run.connection);
+}
+
+void Model::set_chunk_input(uint32_t chunk, uint32_t microbatch, Tensor stream) {
+  Run& run = run_of(chunk, microbatch);
+  if (run.chunk->embedding)
+    throw std::runtime_error(where(chunk, microbatch) +
+                             " starts with the embedding: its input is the batch's tokens");
+  connection_->set_stream(*run.connection, std::move(stream));
+  run.input_set = true;
+}
+
+Tensor Model::take_chunk_input_grad(uint32_t chunk, uint32_t microbatch) {
+  Run& run = run_of(chunk, microbatch);
+  if (run.chunk->embedding)
+    throw std::runtime_error(where(chunk, microbatch) + " starts with the embedding: no gradient leaves it");
+  if (!run.backward_complete())
+    throw std::runtime_error(where(chunk, microbatch) +
+                             ": its input gradient is taken before its backward completed");
+  return connection_->take_grad(*run.connection);
+}
+
+void Model::set_chunk_output_grad(uint32_t chunk, uint32_t microbatch, Tensor grad) {
+  Run& run = run_of(chunk, microbatch);
+  if (run.chunk->head)
+    throw std::runtime_error(where(chunk, microbatch) +
+                             " ends with the head: its backward starts from the loss");
+  connection_->set_grad(*run.connection, std::move(grad));
+  run.output_grad_set = true;
+}
+
+double Model::finish_microbatches() {
+  double loss = 0;
+  std::size_t losses = 0;
+  try {
+    for (uint32_t c = 0; c < runs_.size(); ++c)
+      for (const auto& run : runs_[c]) {
+        if (run->training && !run->backward_complete())
+          throw std::runtime_error("the scheduler returned before the backward of microbatch " +
+                                   std::to_string(run->microbatch) + " completed");
+        for (std::size_t l = 0; l < run->chunk->logical.size(); ++l) {
+          const LogicalUnit& logical = run->chunk->logical[l];
+          for (std::size_t u = logical.first; u < logical.first + logical.count; ++u)
+            if (run->weights[u] == WeightGrads::due)
+              throw std::runtime_error(
+                  "the scheduler asked for weight gradients apart (split_weight_gradients) but returned "
+                  "without "
+                  "calling backward_weights for microbatch " +
+                  std::to_string(run->microbatch) + " of unit " + std::to_string(l) + " (" +
+                  units_[u]->label + ")");
+        }
+        if (!run->chunk->head) continue;
+        loss += run->loss;
+        ++losses;
+      }
+  } catch (...) {
+    runs_.clear();
+    throw;
+  }
+  runs_.clear();
+  if (!std::isfinite(loss)) throw NonFiniteError("non-finite loss");
+  return losses == 0 ? 0.0 : loss / static_cast<double>(losses);
+}
+
+}  // namespace plexus

@@ -1,0 +1,89 @@
+// What `plexus model show` and the trainer's FLOP rate read: per unit its numbers, parameters and
+// FLOPs per token.
+#include <algorithm>
+
+#include "engine/model_internal.hpp"
+
+namespace plexus {
+namespace {
+
+const char* role_word(UnitRole role) {
+  switch (role) {
+    case UnitRole::embedding:
+      return "embedding";
+    case UnitRole::final_norm:
+      return "final norm";
+    case UnitRole::head:
+      return "head";
+    case UnitRole::decoder:
+      break;
+  }
+  return "decoder";
+}
+
+plx_tensor_desc desc_of(const Tensor& t) {
+  plx_tensor_desc d{};
+  d.ndim = static_cast<uint32_t>(t.shape().size());
+  d.dtype = t.dtype();
+  for (uint32_t i = 0; i < d.ndim; ++i) d.dims[i] = t.shape()[i];
+  return d;
+}
+
+}  // namespace
+
+std::vector<Model::UnitSummary> Model::summary() const {
+  const int64_t s = settings_.seq_length;
+  Tensor tokens({1, s}, plx_dtype_i32());
+  Tensor hidden({1, s, settings_.hidden_size}, plx_dtype_f32());
+  std::vector<UnitSummary> rows;
+  for (const auto& unit : units_) {
+    std::vector<plx_tensor_desc> inputs;
+    switch (unit->role) {
+      case UnitRole::embedding:
+        inputs = {desc_of(tokens)};
+        break;
+      case UnitRole::head:
+        inputs = {desc_of(hidden), desc_of(tokens)};
+        break;
+      default:
+        inputs = {desc_of(hidden)};
+        break;
+    }
+    UnitSummary row;
+    row.label = unit->label;
+    row.kind = role_word(unit->role);
+    row.symbol = unit->symbol;
+    row.component = unit->component;
+    row.physical = unit->physical;
+    row.logical = unit->logical;
+    row.segment = unit->segment;
+    for (std::size_t i : unit->gradient_params) row.parameters += params_[i].numel();
+    std::vector<std::size_t> named = unit->params;  // buffers too: checkpoints hold them
+    for (std::size_t i : unit->gradient_params)
+      if (std::find(named.begin(), named.end(), i) == named.end()) named.push_back(i);
+    for (std::size_t i : named) {
+      row.tensor_names.push_back(params_[i].name);
+      if (!params_[i].te_name.empty()) row.tensor_names.push_back(params_[i].te_name);
+    }
+    if (const auto flops = unit->layer->estimate_flops(inputs))
+      row.flops_per_token = (flops->forward + flops->backward) / static_cast<double>(s) +
+                            (unit->role == UnitRole::decoder ? connection_->flops_per_token() : 0.0);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+double Model::connection_flops_per_token() const {
+  return connection_->flops_per_token();
+}
+
+std::optional<double> Model::flops_per_token() const {
+  double total = 0;
+  for (const UnitSummary& row : summary()) {
+    if (!row.flops_per_token) return std::nullopt;
+    total += *row.flops_per_token;
+  }
+  return total;
+}
+
+}  // namespace plexus

@@ -1,0 +1,258 @@
+// The two updates of engine/parameter_update.hpp.
+#include "engine/parameter_update.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+
+#include "engine/device_ops.hpp"
+#include "engine/sharded_adamw.hpp"
+#include "engine/sharded_parameters.hpp"
+#include "plexus/core/device.hpp"
+#include "plexus/core/host_services.hpp"
+#include "plexus/core/logging.hpp"
+
+namespace plexus {
+namespace {
+
+// The parameter's part of a whole unit-laid-out tensor.
+Tensor part_of(const Tensor& whole, int64_t offset, const std::vector<int64_t>& shape) {
+  return Tensor::borrowed(static_cast<std::byte*>(whole.raw()) + offset * static_cast<int64_t>(sizeof(float)),
+                          shape, plx_dtype_f32(), whole.device());
+}
+
+double over(const distributed::Communicator* group, double value, distributed::ReduceOp op) {
+  if (group == nullptr) return value;
+  Tensor scalar({1}, plx_dtype_f64());
+  *scalar.data<double>() = value;
+  group->all_reduce(scalar.view(), op);
+  return *scalar.data<double>();
+}
+
+class WholeUpdate final : public ParameterUpdate {
+ public:
+  WholeUpdate(Model& model, const OptimizerSettings& settings, const UpdateRanks& ranks)
+      : model_(model), optimizer_(model.parameters(), settings) {
+    if (ranks.sum_over_ep) optimizer_.set_divided_sum(ranks.sum_over_ep);
+  }
+
+  void begin_step(int64_t) override { model_.parameters().zero_grads(); }
+  void finish_gradients(StepProfile*) override {}
+  void check_gradients_finite() const override { model_.check_gradients_finite(); }
+  double apply(int64_t step) override { return optimizer_.step(step); }
+  double last_lr() const override { return optimizer_.last_lr(); }
+
+  Memory memory() const override {
+    Memory m;
+    const ParameterStore& params = model_.parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      m.parameters += static_cast<double>(params[i].value.bytes());
+      m.gradients += static_cast<double>(params[i].grad.bytes());
+    }
+    m.optimizer = 2 * m.parameters;  // AdamW's two moments
+    m.peak_parameters = m.parameters;
+    m.peak_gradients = m.gradients;
+    m.peak_parameters_and_gradients = m.parameters + m.gradients;
+    return m;
+  }
+  boost::json::object describe() const override { return {{"component", nullptr}}; }
+  std::string summary_line() const override { return ""; }
+
+  const Tensor& saved_value(std::size_t p) override { return model_.parameters()[p].value; }
+  Tensor saved_moment(std::size_t p, int which) override {
+    const Tensor& m = optimizer_.moment(p, which);
+    return Tensor::borrowed(m.raw(), m.shape(), m.dtype(), m.device());
+  }
+  void end_save() override {}
+  void load_moments(const std::function<void(std::size_t, int, Tensor&)>& fill) override {
+    const ParameterStore& params = model_.parameters();
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      if (params[p].is_buffer()) continue;  // no moments
+      for (int which = 0; which < 2; ++which) fill(p, which, optimizer_.moment(p, which));
+    }
+  }
+
+ private:
+  Model& model_;
+  AdamW optimizer_;
+};
+
+class ShardedUpdate final : public ParameterUpdate {
+ public:
+  ShardedUpdate(const PluginHost& host, const boost::json::value& run_config, Model& model,
+                const distributed::Runtime& runtime, const OptimizerSettings& settings,
+                const UpdateRanks& ranks)
+      : model_(model), ranks_(ranks) {
+    const auto& section = run_config.at("distributed").at("data_parallel");
+    component_ = std::string(section.at("component").as_string());
+    options_ = section.at("options");
+    config_ = std::make_unique<ConfigHandle>(options_, "distributed.data_parallel.options");
+    model.shard_parameters(host.get(PLX_KIND_DATA_PARALLEL, component_), config_->get(),
+                           section.at("layers_per_unit").to_number<int64_t>(), runtime);
+    sharded_ = model.sharded();
+    const distributed::Communicator* dp = ranks.dp;
+    std::function<double(double)> sum_over_ep = ranks.sum_over_ep;
+    if (!sum_over_ep) sum_over_ep = [](double local) { return local; };
+    optimizer_ = std::make_unique<ShardedAdamW>(
+        *sharded_, model.parameters(), settings,
+        [dp](double local) { return over(dp, local, distributed::ReduceOp::sum); }, sum_over_ep);
+  }
+  ~ShardedUpdate() override {
+    try {
+      end_save();
+    } catch (const std::exception& e) {
+      log_warn("trainer", std::string("releasing a unit after a checkpoint: ") + e.what());
+    }
+  }
+  ShardedUpdate(const ShardedUpdate&) = delete;
+  ShardedUpdate& operator=(const ShardedUpdate&) = delete;
+
+  void begin_step(int64_t microbatches) override { sharded_->begin_step(microbatches); }
+  void finish_gradients(StepProfile* profile) override {
+    const StepProfile::Scope timed(profile, "gradient reduction (wait)", StepProfile::Phase::update);
+    sharded_->finish_grads();
+  }
+
+  // Each rank sees only its shards: every rank learns whether any found one, so all stop together.
+  void check_gradients_finite() const override {
+    std::string found;
+    const auto& buffers = sharded_->buffers();
+    for (std::size_t k = 0; k < buffers.size() && found.empty(); ++k) {
+      const DataParallelInstance::Shard shard = sharded_->strategy().shard(static_cast<uint32_t>(k));
+      for (const ShardedParameters::Segment& s : buffers[k].segments) {
+        auto* first = static_cast<std::byte*>(shard.grads.data) + shard.grads.byte_offset +
+                      static_cast<std::size_t>(s.shard_begin) * sizeof(float);
+        const Tensor part = Tensor::borrowed(first, {s.count}, plx_dtype_f32(), shard.grads.device);
+        if (const int64_t bad = device_ops::first_non_finite(part); bad >= 0) {
+          found = "non-finite gradient of " + model_.parameters()[s.param].name + " (element " +
+                  std::to_string(s.param_begin + bad) + ") in unit " + buffers[k].name;
+          break;
+        }
+      }
+    }
+    const double any = over(ranks_.dp, found.empty() ? 0.0 : 1.0, distributed::ReduceOp::max);
+    if (!found.empty())
+      throw NonFiniteError(found + ", on data-parallel rank " + std::to_string(ranks_.dp_rank));
+    if (any > 0)
+      throw NonFiniteError(
+          "non-finite gradient in a shard of another data-parallel rank (its message names the parameter)");
+  }
+  double apply(int64_t step) override { return optimizer_->step(step); }
+  double last_lr() const override { return optimizer_->last_lr(); }
+
+  Memory memory() const override {
+    const plx_dp_memory held = sharded_->memory();
+    Memory m;
+    m.parameters = static_cast<double>(held.param_bytes);
+    m.gradients = static_cast<double>(held.grad_bytes);
+    m.optimizer = static_cast<double>(optimizer_->state_bytes());
+    m.peak_parameters = static_cast<double>(held.peak_param_bytes);
+    m.peak_gradients = static_cast<double>(held.peak_grad_bytes);
+    m.peak_parameters_and_gradients = static_cast<double>(held.peak_bytes);
+    return m;
+  }
+  // The whole values of the largest unit (all its buffers): what one gathered unit costs.
+  boost::json::object describe() const override {
+    std::vector<int64_t> unit_bytes(sharded_->num_units(), 0);
+    for (const ShardedParameters::Buffer& b : sharded_->buffers())
+      unit_bytes[b.fsdp] += b.numel * static_cast<int64_t>(sizeof(float));
+    const int64_t largest = *std::max_element(unit_bytes.begin(), unit_bytes.end());
+    return {{"component", component_},
+            {"options", options_},
+            {"units", static_cast<int64_t>(sharded_->num_units())},
+            {"buffers", static_cast<int64_t>(sharded_->buffers().size())},
+            {"largest_unit_bytes", largest}};
+  }
+  std::string summary_line() const override {
+    return "data parallel over " + std::to_string(ranks_.dp == nullptr ? 1 : ranks_.dp->size()) +
+           " ranks: " + sharded_->strategy_name() + " over " + std::to_string(sharded_->num_units()) +
+           " units";
+  }
+
+  const Tensor& saved_value(std::size_t p) override {
+    open(sharded_->unit_of(p));
+    return model_.parameters()[p].value;
+  }
+  // Gathered whole for p's buffer once, then each of its parameters' parts.
+  Tensor saved_moment(std::size_t p, int which) override {
+    const std::size_t k = sharded_->buffer_of(p);
+    if (moment_buffer_ != k) {
+      moments_[0] = Tensor();
+      moments_[1] = Tensor();
+      moment_buffer_ = k;
+    }
+    Tensor& whole = moments_[which];
+    if (whole.empty()) {
+      const ShardedParameters::Buffer& b = sharded_->buffers()[k];
+      whole = Tensor({b.layout.padded_numel}, plx_dtype_f32(), sharded_->device());
+      DLTensor full = whole.view();
+      const Tensor& shard = which == 0 ? optimizer_->exp_avg(k) : optimizer_->exp_avg_sq(k);
+      sharded_->strategy().gather(static_cast<uint32_t>(k), shard.view(), full);
+    }
+    return part_of(whole, sharded_->offset_of(p), model_.parameters()[p].shape);
+  }
+  void end_save() override {
+    moments_[0] = Tensor();
+    moments_[1] = Tensor();
+    moment_buffer_ = kNone;
+    if (open_) sharded_->end_read(*open_);
+    open_.reset();
+  }
+  // Each moment assembled whole for one buffer, and this rank's slice kept.
+  void load_moments(const std::function<void(std::size_t, int, Tensor&)>& fill) override {
+    for (std::size_t k = 0; k < sharded_->buffers().size(); ++k) {
+      const ShardedParameters::Buffer& b = sharded_->buffers()[k];
+      for (int which = 0; which < 2; ++which) {
+        Tensor whole({b.layout.padded_numel}, plx_dtype_f32(), sharded_->device());
+        for (std::size_t p : b.params) {
+          Tensor part = part_of(whole, sharded_->offset_of(p), model_.parameters()[p].shape);
+          fill(p, which, part);
+        }
+        Tensor& shard = which == 0 ? optimizer_->exp_avg(k) : optimizer_->exp_avg_sq(k);
+        device::copy(shard.raw(), shard.device(),
+                     static_cast<std::byte*>(whole.raw()) +
+                         b.layout.shard_offset * static_cast<int64_t>(sizeof(float)),
+                     whole.device(), shard.bytes());
+      }
+    }
+  }
+
+ private:
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  void open(std::size_t unit) {
+    if (open_ == unit) return;
+    if (open_) sharded_->end_read(*open_);
+    open_.reset();
+    sharded_->begin_read(unit);
+    open_ = unit;
+  }
+
+  Model& model_;
+  UpdateRanks ranks_;
+  std::string component_;
+  boost::json::value options_;
+  std::unique_ptr<ConfigHandle> config_;
+  ShardedParameters* sharded_ = nullptr;
+  std::unique_ptr<ShardedAdamW> optimizer_;
+  // What a checkpoint's walk holds: the unit open for reading, a buffer's gathered moments.
+  std::optional<std::size_t> open_;
+  std::size_t moment_buffer_ = kNone;
+  Tensor moments_[2];
+};
+
+}  // namespace
+
+std::unique_ptr<ParameterUpdate> make_whole_update(Model& model, const OptimizerSettings& settings,
+                                                   const UpdateRanks& ranks) {
+  return std::make_unique<WholeUpdate>(model, settings, ranks);
+}
+
+std::unique_ptr<ParameterUpdate> make_sharded_update(const PluginHost& host,
+                                                     const boost::json::value& run_config, Model& model,
+                                                     const distributed::Runtime& runtime,
+                                                     const OptimizerSettings& settings,
+                                                     const UpdateRanks& ranks) {
+  return std::make_unique<ShardedUpdate>(host, run_config, model, runtime, settings, ranks);
+}
+
+}  // namespace plexus

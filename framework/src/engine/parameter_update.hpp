@@ -1,0 +1,78 @@
+// What a training step does to the parameters once its microbatches' backward ran (the gradient
+// reduction, the finiteness check, clipping and AdamW), the memory it holds, and the optimizer
+// state a checkpoint reads and writes: one interface, so the training loop and the checkpoint
+// code have no branch on whether the parameters are whole on this rank (WholeUpdate: AdamW over
+// the store) or live with a data-parallel strategy (ShardedUpdate: AdamW over this rank's shards
+// of the FSDP units).
+#pragma once
+
+#include <boost/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "plexus/core/distributed/runtime.hpp"
+#include "plexus/core/engine/model.hpp"
+#include "plexus/core/engine/optimizer.hpp"
+#include "plexus/core/engine/step_profile.hpp"
+
+namespace plexus {
+
+class ParameterUpdate {
+ public:
+  virtual ~ParameterUpdate() = default;
+
+  // Before a step's first microbatch: every gradient to zero.
+  virtual void begin_step(int64_t microbatches) = 0;
+  // After its last backward: the gradient reductions complete.
+  virtual void finish_gradients(StepProfile* profile) = 0;
+  // Throws NonFiniteError naming the first parameter with a non-finite gradient (under a strategy
+  // on every rank, when any rank finds one).
+  virtual void check_gradients_finite() const = 0;
+  // Clips and updates every parameter; returns the gradient norm before clipping. `step` is 0-based.
+  virtual double apply(int64_t step) = 0;
+  virtual double last_lr() const = 0;
+
+  // Bytes held on this rank now and at their peak.
+  struct Memory {
+    double parameters = 0, gradients = 0, optimizer = 0;
+    double peak_parameters = 0, peak_gradients = 0, peak_parameters_and_gradients = 0;
+  };
+  virtual Memory memory() const = 0;
+  // The data-parallel part of the run's start record, and a line for the log ("" for none).
+  virtual boost::json::object describe() const = 0;
+  virtual std::string summary_line() const = 0;
+
+  // Checkpoints. Saving walks the parameters in order: the whole value of parameter p and of its
+  // moment `which` (0: exp_avg, 1: exp_avg_sq), valid until the next call (under a strategy each
+  // gathers its unit, collectively: every rank walks the same order); end_save releases what the
+  // walk holds. Loading: fill(p, which, whole) writes a moment's whole value, this rank keeps its
+  // part. (Parameter values are written through Model::write_parameters.)
+  virtual const Tensor& saved_value(std::size_t p) = 0;
+  virtual Tensor saved_moment(std::size_t p, int which) = 0;
+  virtual void end_save() = 0;
+  virtual void load_moments(const std::function<void(std::size_t p, int which, Tensor& whole)>& fill) = 0;
+};
+
+// What the update needs of the job: the data-parallel group (nullptr: one rank), and the sum over
+// the ranks that hold the other experts of a layer divided over an ep group (unset: none is).
+struct UpdateRanks {
+  const distributed::Communicator* dp = nullptr;
+  int64_t dp_rank = 0;
+  std::function<double(double)> sum_over_ep;
+};
+
+// AdamW over the whole store.
+std::unique_ptr<ParameterUpdate> make_whole_update(Model& model, const OptimizerSettings& settings,
+                                                   const UpdateRanks& ranks);
+// Hands the model's parameters to the data-parallel strategy distributed.data_parallel names
+// (Model::shard_parameters), then AdamW over this rank's shards.
+std::unique_ptr<ParameterUpdate> make_sharded_update(const PluginHost& host,
+                                                     const boost::json::value& run_config, Model& model,
+                                                     const distributed::Runtime& runtime,
+                                                     const OptimizerSettings& settings,
+                                                     const UpdateRanks& ranks);
+
+}  // namespace plexus
