@@ -316,6 +316,15 @@ BOOST_AUTO_TEST_CASE(parameters_names_shapes_init_and_flags) {
           if (p.init == PLX_INIT_NORMAL)
             BOOST_TEST(p.init_a == expected[i].std_dev, boost::test_tools::tolerance(1e-15));
           BOOST_TEST(p.flags == expected[i].flags);
+          // Megatron's Transformer Engine spec fuses each pre-norm into the linear after it.
+          const std::string name = p.name;
+          const std::string te = p.te_name == nullptr ? "" : p.te_name;
+          if (name.starts_with("input_layernorm."))
+            BOOST_TEST(te == "self_attention.linear_qkv.layer_norm_" + name.substr(16));
+          else if (name.starts_with("pre_mlp_layernorm."))
+            BOOST_TEST(te == "mlp.linear_fc1.layer_norm_" + name.substr(18));
+          else
+            BOOST_TEST(te.empty(), name << " has one spelling");
         }
       }
     }
@@ -350,6 +359,25 @@ BOOST_AUTO_TEST_CASE(parameters_names_shapes_init_and_flags) {
   check("transformer.norm", r, {{"weight", {12}, PLX_INIT_ONES, 0, nd}});
   r.untie_embeddings_and_output_weights = true;
   check("transformer.lm_head", r, {{"output_layer.weight", {11, 12}, PLX_INIT_NORMAL, 0.02, 0}});
+}
+
+// The output projections' depth scaling counts the layers that add to the residual stream, which
+// the engine passes in the create args from the stack's description (ABI 1.6); a host before 1.6
+// leaves them 0, and the GPT rule, twice num_layers, applies.
+BOOST_AUTO_TEST_CASE(output_projections_scale_by_the_residual_layers_of_the_create_args) {
+  tt::Model m = small("RMSNorm", "gelu", 1);  // L 2
+  m.init_method_std = 0.05;
+  for (const auto& [component, projection] : {std::pair{"transformer.attention", "self_attention.linear_proj.weight"},
+                                              std::pair{"transformer.mlp", "mlp.linear_fc2.weight"}}) {
+    const tt::ComponentLayer given(tt::component(component), boost::json::object{}, "model.layer.options", m.json(),
+                                   2, DLDevice{kDLCPU, 0}, 9);
+    BOOST_TEST(given->param(static_cast<uint32_t>(tt::param_index(*given, projection))).init_a == 0.05 / 3.0,
+               boost::test_tools::tolerance(1e-15));
+    const tt::ComponentLayer older(tt::component(component), boost::json::object{}, "model.layer.options", m.json(),
+                                   2, DLDevice{kDLCPU, 0});
+    BOOST_TEST(older->param(static_cast<uint32_t>(tt::param_index(*older, projection))).init_a == 0.05 / 2.0,
+               boost::test_tools::tolerance(1e-15));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(inputs_outputs_and_flags) {

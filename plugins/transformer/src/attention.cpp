@@ -10,45 +10,29 @@
 #include "cuda_layers.hpp"
 #include "plexus_kernels/attention.hpp"
 #include "plexus_kernels/buffer.hpp"
-#include "plexus_kernels/gemm.hpp"
 #include "plexus_kernels/rope.hpp"
-#include "split_weights.hpp"
+#include "prenorm_layer.hpp"
 
 namespace plexus::transformer {
 namespace {
 
 namespace k = plexus::kernels;
-using k::Trans;
 
-class AttentionState : public plexus::sdk::LayerState {
+// PreNormState's in is qkv = u Wqkv^T with RoPE applied to q and k, [N, (nh + 2 ng) hd]; its mid
+// the attention output before the projection, [N, nh hd]; its d_in the qkv projection's output
+// gradient (after RoPE's transpose). The core also keeps:
+class AttentionState : public PreNormState {
  public:
-  bool saved = false;
-  Precision precision = Precision::f32;
-  int64_t batch = 0, seq = 0;
-  k::Buffer xhat, rstd;  // the pre-norm: normalized input and 1/std per token
-  k::Buffer qkv;         // u Wqkv^T with RoPE applied to q and k, [N, (nh + 2 ng) hd]
-  k::Buffer probs;       // softmax probabilities [B, nh, S, S]
-  k::Buffer out;         // attention output before the projection, [N, nh hd]
-  // Weight gradients apart (PLX_BACKWARD_SKIP_WEIGHT_GRADS): the upstream gradient of each weight
-  // product, kept by backward for backward_weights (their other operands: out above, and the
-  // norm's output again from xhat), released once it ran.
-  bool weights_due = false;
-  k::Buffer dy;    // the output gradient [N, C]: the output projection's
-  k::Buffer dqkv;  // the qkv projection's output gradient (after RoPE's transpose)
-  k::Buffer du;    // the pre-norm output's gradient [N, C]: the norm weight's (and bias's)
+  k::Buffer probs;  // softmax probabilities [B, nh, S, S]
 };
 
-class Attention final : public SplitHiddenLayer<Attention, AttentionState> {
-  friend class LayerShell<Attention, AttentionState>;
-  friend class SplitHiddenLayer<Attention, AttentionState>;
-
+class Attention final : public PreNormLayer<Attention, AttentionState> {
  public:
-  explicit Attention(const plx_layer_create_args& args) : SplitHiddenLayer("transformer.attention", args) {
+  explicit Attention(const plx_layer_create_args& args) : PreNormLayer("transformer.attention", args) {
     const auto host = plexus::sdk::Host::current();
     const plx_config m = args.model_config;
     heads_ = positive_int(host, m, "num_attention_heads");
     groups_ = positive_int(host, m, "num_query_groups");
-    const int64_t layers = positive_int(host, m, "num_layers");
     max_seq_ = positive_int(host, m, "seq_length");
     norm_ = NormSpec::read(host, m, hidden_);
     const double rope_base = positive_number(host, m, "rotary_base");
@@ -69,16 +53,10 @@ class Attention final : public SplitHiddenLayer<Attention, AttentionState> {
                       " must be even for rotary embeddings");
     qkv_rows_ = (heads_ + 2 * groups_) * head_dim_;
 
-    params_.push_back(
-        make_param("input_layernorm.weight", {hidden_}, PLX_INIT_ONES, 0, PLX_PARAM_NO_WEIGHT_DECAY));
-    if (!norm_.rms)
-      params_.push_back(
-          make_param("input_layernorm.bias", {hidden_}, PLX_INIT_ZEROS, 0, PLX_PARAM_NO_WEIGHT_DECAY));
-    qkv_index_ = static_cast<uint32_t>(params_.size());
-    params_.push_back(
-        make_param("self_attention.linear_qkv.weight", {qkv_rows_, hidden_}, PLX_INIT_NORMAL, std_dev, 0));
-    params_.push_back(make_param("self_attention.linear_proj.weight", {hidden_, heads_ * head_dim_},
-                                 PLX_INIT_NORMAL, output_init_std(host, m, std_dev, layers), 0));
+    add_parameters({"input_layernorm.weight", "input_layernorm.bias", "self_attention.linear_qkv.weight",
+                    "self_attention.linear_proj.weight", "self_attention.linear_qkv.layer_norm_weight",
+                    "self_attention.linear_qkv.layer_norm_bias"},
+                   qkv_rows_, heads_ * head_dim_, std_dev, output_init_std(args, std_dev));
 
     // RoPE is applied in place to the query heads and the key head of every group.
     const int64_t per = heads_ / groups_;
@@ -87,15 +65,11 @@ class Attention final : public SplitHiddenLayer<Attention, AttentionState> {
     if (on_cuda()) {  // the GPU builds its own rotary tables
       AttentionSpec spec;
       fill_spec(spec);
-      spec.hidden = hidden_;
       spec.heads = heads_;
       spec.groups = groups_;
       spec.head_dim = head_dim_;
-      spec.qkv_rows = qkv_rows_;
       spec.max_seq = max_seq_;
       spec.rope_base = rope_base;
-      spec.norm = norm_;
-      spec.qkv_index = qkv_index_;
       spec.rope_columns = rope_columns_;
       device_impl_ = make_cuda_attention(spec);
       return;
@@ -144,128 +118,42 @@ class Attention final : public SplitHiddenLayer<Attention, AttentionState> {
     return k::AttentionLayout::megatron(batch, seq, heads_, groups_, head_dim_);
   }
 
-  template <class T>
-  void run_forward(AttentionState& st, const plx_forward_args& args) {
-    const DLDataType dt = dtype_of(precision_v<T>);
-    int64_t batch = 0, seq = 0;
-    expect_hidden(args.inputs[0], device_, dt, hidden_, "input 0 (hidden states)", batch, seq);
-    expect_tensor(args.outputs[0], device_, dt, {batch, seq, hidden_}, "output 0");
-    expect_params(args.params, nullptr, dt);
+  // What PreNormLayer calls (its in is qkv, and its mid o, the attention output [N, nh hd]).
+  friend class PreNormLayer<Attention, AttentionState>;
+
+  void expect_sequence(int64_t seq) const {
     if (seq > max_seq_)
       throw Error(PLX_ERR_INVALID_ARGUMENT, "sequence length " + std::to_string(seq) +
                                                 " exceeds model seq_length " + std::to_string(max_seq_));
-    const int64_t n = batch * seq, dq = heads_ * head_dim_;
-    const auto sz = [](int64_t v) { return static_cast<std::size_t>(v); };
-    const bool train = (args.flags & PLX_FORWARD_TRAINING) != 0;
-    st.saved = train;
-    st.precision = precision_v<T>;
-    st.batch = batch;
-    st.seq = seq;
-
-    const T* w_norm = data<T>(args.params[0]);
-    const T* b_norm = norm_.rms ? nullptr : data<T>(args.params[1]);
-    const T* w_qkv = data<T>(args.params[qkv_index_]);
-    const T* w_proj = data<T>(args.params[qkv_index_ + 1]);
-
-    k::Buffer u_buf, qkv_local, out_local;
-    T* u = u_buf.get<T>(sz(n * hidden_));
-    T* xhat = train ? st.xhat.get<T>(sz(n * hidden_)) : nullptr;
-    T* rstd = train ? st.rstd.get<T>(sz(n)) : nullptr;
-    norm_.forward<T>(n, data<T>(args.inputs[0]), w_norm, b_norm, u, xhat, rstd);
-
-    T* qkv = (train ? st.qkv : qkv_local).get<T>(sz(n * qkv_rows_));
-    k::gemm_parallel<T>(Trans::N, Trans::T, n, qkv_rows_, hidden_, T(1), u, hidden_, w_qkv, hidden_, T(0),
-                        qkv, qkv_rows_);
-    k::rope_apply<T>(qkv, n, seq, qkv_rows_, rope_columns_.data(), static_cast<int64_t>(rope_columns_.size()),
-                     head_dim_, cos_table<T>(), sin_table<T>(), false);
-
-    T* o = (train ? st.out : out_local).get<T>(sz(n * dq));
-    T* probs = train ? st.probs.get<T>(sz(batch * heads_ * seq * seq)) : nullptr;
-    k::attention_forward<T>(layout(batch, seq), qkv, o, probs);
-
-    k::gemm_parallel<T>(Trans::N, Trans::T, n, hidden_, dq, T(1), o, dq, w_proj, dq, T(0),
-                        data<T>(args.outputs[0]), hidden_);
   }
 
-  // With PLX_BACKWARD_SKIP_WEIGHT_GRADS: the input gradient only, and the weight gradients'
-  // upstream gradients kept in the state for run_backward_weights.
+  // RoPE on q and k, then o = attention(qkv).
   template <class T>
-  void run_backward(AttentionState& st, const plx_backward_args& args) {
-    const auto [batch, seq, dy, dx] = expect_backward<T>(st, args);
-    const int64_t n = batch * seq, dq = heads_ * head_dim_;
-    const auto sz = [](int64_t v) { return static_cast<std::size_t>(v); };
-    const bool split = skips_weight_grads(args);
+  void core_forward(AttentionState& st, const Tokens& t, bool train, T* qkv, T* o) {
+    k::rope_apply<T>(qkv, t.n, t.seq, qkv_rows_, rope_columns_.data(),
+                     static_cast<int64_t>(rope_columns_.size()), head_dim_, cos_table<T>(), sin_table<T>(),
+                     false);
+    T* probs = train ? st.probs.get<T>(sz(t.batch * heads_ * t.seq * t.seq)) : nullptr;
+    k::attention_forward<T>(layout(t.batch, t.seq), qkv, o, probs);
+  }
 
-    const T* w_norm = data<T>(args.params[0]);
-    const T* b_norm = norm_.rms ? nullptr : data<T>(args.params[1]);
-    const T* w_qkv = data<T>(args.params[qkv_index_]);
-    const T* w_proj = data<T>(args.params[qkv_index_ + 1]);
-    const T* o = st.out.data<T>();
-
-    // f = o Wproj^T:  do = df Wproj,  dWproj += df^T o.
-    k::Buffer do_buf, dqkv_buf, work_buf;
-    T* d_o = do_buf.get<T>(sz(n * dq));
-    k::gemm_parallel<T>(Trans::N, Trans::N, n, dq, hidden_, T(1), dy, hidden_, w_proj, dq, T(0), d_o, dq);
-    if (split)
-      std::copy(dy, dy + n * hidden_, st.dy.get<T>(sz(n * hidden_)));
-    else
-      proj_weights<T>(n, dy, o, grad_or_null<T>(args.param_grads, qkv_index_ + 1));
-
-    // The attention core, then RoPE's transpose on the q and k gradients.
-    T* dqkv = (split ? st.dqkv : dqkv_buf).get<T>(sz(n * qkv_rows_));
-    k::attention_backward<T>(layout(batch, seq), st.qkv.data<T>(), st.probs.data<T>(), o, d_o, dqkv);
-    k::rope_apply<T>(dqkv, n, seq, qkv_rows_, rope_columns_.data(),
+  // The attention core's backward, then RoPE's transpose on the q and k gradients: dqkv from do.
+  template <class T>
+  const T* core_backward(AttentionState& st, const Tokens& t, bool split, T* d_o, k::Buffer& call_dqkv) {
+    T* dqkv = (split ? st.d_in : call_dqkv).get<T>(sz(t.n * qkv_rows_));
+    k::attention_backward<T>(layout(t.batch, t.seq), st.in.data<T>(), st.probs.data<T>(), st.mid.data<T>(),
+                             d_o, dqkv);
+    k::rope_apply<T>(dqkv, t.n, t.seq, qkv_rows_, rope_columns_.data(),
                      static_cast<int64_t>(rope_columns_.size()), head_dim_, cos_table<T>(), sin_table<T>(),
                      true);
-
-    // qkv = u Wqkv^T:  dWqkv += dqkv^T u,  du = dqkv Wqkv; then the norm's backward.
-    if (split) {
-      // backward_weights needs dqkv and out, not the core's qkv and probabilities.
-      st.qkv.release();
+    if (split) {  // backward_weights needs dqkv and o, not the core's qkv and probabilities
+      st.in.release();
       st.probs.release();
-      T* du = st.du.get<T>(sz(n * hidden_));
-      k::gemm_parallel<T>(Trans::N, Trans::N, n, hidden_, qkv_rows_, T(1), dqkv, qkv_rows_, w_qkv, hidden_,
-                          T(0), du, hidden_);
-      // The input gradient now; the norm's weight gradients from the same du later (the kernel
-      // sums the same partial products whether or not it also writes dx).
-      if (dx != nullptr)
-        norm_.backward<T>(n, du, st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx, nullptr, nullptr);
-      return;
     }
-    T* dw_norm = grad_or_null<T>(args.param_grads, 0);
-    T* db_norm = norm_.rms ? nullptr : grad_or_null<T>(args.param_grads, 1);
-    T* work = work_buf.get<T>(sz(n * hidden_));  // u, then du
-    input_projection_weights<T>(norm_, n, qkv_rows_, dqkv, w_norm, b_norm, st.xhat.data<T>(), work,
-                                grad_or_null<T>(args.param_grads, qkv_index_));
-    if (dx != nullptr || dw_norm != nullptr || db_norm != nullptr) {
-      k::gemm_parallel<T>(Trans::N, Trans::N, n, hidden_, qkv_rows_, T(1), dqkv, qkv_rows_, w_qkv, hidden_,
-                          T(0), work, hidden_);
-      norm_.backward<T>(n, work, st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx, dw_norm, db_norm);
-    }
+    return dqkv;
   }
 
-  // The weight gradients a backward with PLX_BACKWARD_SKIP_WEIGHT_GRADS left out, from what it
-  // kept, through the same calls as the unsplit backward; then what was kept is released.
-  template <class T>
-  void run_backward_weights(AttentionState& st, const plx_backward_args& args) {
-    const int64_t n = st.batch * st.seq;
-    proj_weights<T>(n, st.dy.data<T>(), st.out.data<T>(), grad_or_null<T>(args.param_grads, qkv_index_ + 1));
-    prenorm_weights<T>(norm_, n, qkv_rows_, qkv_index_, st.dqkv.data<T>(), st.xhat.data<T>(),
-                       st.rstd.data<T>(), st.du.data<T>(), args);
-    for (k::Buffer* kept : {&st.dy, &st.dqkv, &st.du, &st.out, &st.xhat, &st.rstd}) kept->release();
-    st.saved = false;  // what a backward needs is gone
-  }
-
-  // dWproj += df^T o (dw_proj may be null: no gradient wanted).
-  template <class T>
-  void proj_weights(int64_t n, const T* dy, const T* o, T* dw_proj) const {
-    const int64_t dq = heads_ * head_dim_;
-    if (dw_proj != nullptr)
-      k::gemm_parallel<T>(Trans::T, Trans::N, hidden_, dq, n, T(1), dy, hidden_, o, dq, T(1), dw_proj, dq);
-  }
   int64_t heads_ = 0, groups_ = 0, head_dim_ = 0, qkv_rows_ = 0, max_seq_ = 0;
-  uint32_t qkv_index_ = 1;
-  NormSpec norm_;
   std::vector<int64_t> rope_columns_;
   std::vector<float> cos_f_, sin_f_;
   std::vector<double> cos_d_, sin_d_;

@@ -25,9 +25,13 @@ double positive_number(const plexus::sdk::Host& host, plx_config model, const ch
   return v;
 }
 
-double output_init_std(const plexus::sdk::Host& host, plx_config model, double init_method_std, int64_t num_layers) {
-  const bool hybrid = host.config_bool_if(model, "is_hybrid_model").value_or(false);
-  return init_method_std / std::sqrt((hybrid ? 1.0 : 2.0) * static_cast<double>(num_layers));
+double output_init_std(const plx_layer_create_args& args, double init_method_std) {
+  const uint32_t layers = plx_layer_residual_layers(&args);
+  if (layers < 1)
+    throw Error(PLX_ERR_INVALID_ARGUMENT,
+                "the create args give no residual layers (residual_layers and num_layers are 0): the output "
+                "projections' initialization is scaled by them");
+  return init_method_std / std::sqrt(static_cast<double>(layers));
 }
 
 NormSpec NormSpec::read(const plexus::sdk::Host& host, plx_config model, int64_t hidden) {

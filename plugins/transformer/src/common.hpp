@@ -29,9 +29,9 @@ double positive_number(const plexus::sdk::Host& host, plx_config model, const ch
 // The std of output projections (attention's linear_proj, the MLP's linear_fc2): Megatron's
 // output_layer_init_method, init_method_std / sqrt(2 num_layers) for a GPT and
 // init_method_std / sqrt(num_layers) for a hybrid model, whose num_layers counts every physical
-// layer (the engine says which through "is_hybrid_model"). Either way: over the square root of
-// the number of layers that add to the residual stream.
-double output_init_std(const plexus::sdk::Host& host, plx_config model, double init_method_std, int64_t num_layers);
+// layer. Either way: over the square root of the number of layers that add to the residual
+// stream, which the create args carry (plx_layer_residual_layers).
+double output_init_std(const plx_layer_create_args& args, double init_method_std);
 
 struct NormSpec {
   bool rms = true;    // RMSNorm, else LayerNorm (with a bias)

@@ -1,5 +1,6 @@
 // Weight gradients split from backward (PLX_BACKWARD_SKIP_WEIGHT_GRADS, then backward_weights),
-// shared by attention and MLP: the calls' order is checked here, the layer computes.
+// shared by attention and MLP: the calls' order is checked here; the layer computes (the pre-norm
+// and the projections in prenorm_layer.hpp, the same calls split or not).
 //
 // With the flag, a layer's run_backward computes the input gradient only and keeps in its state
 // the operands of every weight gradient it left out; run_backward_weights<T> later adds those
@@ -10,8 +11,6 @@
 #include <string>
 
 #include "common.hpp"
-#include "plexus_kernels/buffer.hpp"
-#include "plexus_kernels/gemm.hpp"
 
 namespace plexus::transformer {
 
@@ -74,36 +73,6 @@ class SplitHiddenLayer : public HiddenLayer<Derived, State> {
       self.template run_backward_weights<double>(st, args);
     }
     st.weights_due = false;
-  }
-
- protected:
-  // Both layers are f = out(core(in(norm(x)))). Their input projection's weight gradient,
-  // dW_in += d_in^T u with u = norm(x) rebuilt from the forward's xhat into `u` (rows x C: the
-  // projection's output width; dw_in may be null): the unsplit backward calls it too.
-  template <class T>
-  static void input_projection_weights(const NormSpec& norm, int64_t n, int64_t rows, const T* d_in,
-                                       const T* w_norm, const T* b_norm, const T* xhat, T* u, T* dw_in) {
-    if (dw_in == nullptr) return;
-    norm.apply<T>(n, xhat, w_norm, b_norm, u);
-    plexus::kernels::gemm_parallel<T>(plexus::kernels::Trans::T, plexus::kernels::Trans::N, rows, norm.cols,
-                                      n, T(1), d_in, rows, u, norm.cols, T(1), dw_in, norm.cols);
-  }
-
-  // In run_backward_weights: that gradient (parameter in_index) from the kept d_in, then the
-  // norm's dw/db from the kept du, in the unsplit backward's order.
-  template <class T>
-  static void prenorm_weights(const NormSpec& norm, int64_t n, int64_t rows, uint32_t in_index, const T* d_in,
-                              const T* xhat, const T* rstd, const T* du, const plx_backward_args& args) {
-    const T* w_norm = data<T>(args.params[0]);
-    const T* b_norm = norm.rms ? nullptr : data<T>(args.params[1]);
-    T* dw_norm = Base::template grad_or_null<T>(args.param_grads, 0);
-    T* db_norm = norm.rms ? nullptr : Base::template grad_or_null<T>(args.param_grads, 1);
-    plexus::kernels::Buffer u;
-    input_projection_weights<T>(norm, n, rows, d_in, w_norm, b_norm, xhat,
-                                u.get<T>(static_cast<std::size_t>(n * norm.cols)),
-                                Base::template grad_or_null<T>(args.param_grads, in_index));
-    if (dw_norm != nullptr || db_norm != nullptr)
-      norm.backward<T>(n, du, xhat, rstd, w_norm, nullptr, dw_norm, db_norm);
   }
 
  private:

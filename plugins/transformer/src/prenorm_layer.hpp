@@ -1,0 +1,241 @@
+// Attention and MLP on the CPU: both are f = out(core(in(norm(x)))), a pre-norm u = norm(x), an
+// input projection in = u W_in^T, the layer's core from `in` to `mid` (causal attention with RoPE;
+// the activation) and an output projection f = mid W_out^T, with the same parameters in the same
+// places (the norm's weight, its bias for LayerNorm, W_in, then W_out). PreNormLayer runs a whole
+// forward, backward and split backward (split_weights.hpp) but the core, with the calls each layer
+// made on its own (same operands, same order of sums). Derived (CRTP) declares the parameters with
+// add_parameters and provides
+//   template <class T> void core_forward(State&, const Tokens&, bool train, T* in, T* mid);
+//   template <class T> const T* core_backward(State&, const Tokens&, bool split, T* d_mid,
+//                                             kernels::Buffer& call_d_in);  // returns d_in
+// and may hide expect_sequence (the sequence lengths it refuses) and mid_gradient_buffer (where
+// d_mid is written).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "common.hpp"
+#include "layer_specs.hpp"
+#include "plexus_kernels/buffer.hpp"
+#include "plexus_kernels/gemm.hpp"
+#include "split_weights.hpp"
+
+namespace plexus::transformer {
+
+// What a microbatch's state keeps: of a training forward for its backward, and of a backward with
+// PLX_BACKWARD_SKIP_WEIGHT_GRADS for backward_weights (the upstream gradient of each weight
+// product; their other operands are mid and the norm's output, rebuilt from xhat), released once
+// that ran. A layer's state adds what its core keeps besides.
+class PreNormState : public plexus::sdk::LayerState {
+ public:
+  bool saved = false;
+  Precision precision = Precision::f32;
+  int64_t batch = 0, seq = 0;
+  kernels::Buffer xhat, rstd;  // the pre-norm: normalized input [N, C] and 1/std per token
+  kernels::Buffer in;          // the input projection's output [N, in_rows]
+  kernels::Buffer mid;         // the core's output [N, mid_cols], the output projection's input
+  bool weights_due = false;    // a backward left the weight gradients to backward_weights
+  kernels::Buffer dy;          // the output gradient [N, C]: W_out's
+  kernels::Buffer d_in;        // in's gradient [N, in_rows]: W_in's
+  kernels::Buffer du;          // the pre-norm output's gradient [N, C]: the norm weight's (and bias's)
+};
+
+template <class Derived, class State>
+class PreNormLayer : public SplitHiddenLayer<Derived, State> {
+  using Base = SplitHiddenLayer<Derived, State>;
+  friend class LayerShell<Derived, State>;
+  friend class SplitHiddenLayer<Derived, State>;
+
+ public:
+  using Base::Base;
+
+ protected:
+  // The checkpoint names of the parameters (Megatron-LM's), and the norm's in Megatron's
+  // Transformer Engine spelling, which fuses the pre-norm into W_in (plx_param_spec.te_name).
+  struct ParameterNames {
+    const char* norm_weight;
+    const char* norm_bias;  // LayerNorm only
+    const char* in;         // W_in
+    const char* out;        // W_out
+    const char* norm_weight_te;
+    const char* norm_bias_te;
+  };
+  // Declares the parameters in the order the calls read them, after norm_ is read: the norm's
+  // weight (ones) and, for LayerNorm, bias (zeros), neither decayed; W_in [in_rows, C] and W_out
+  // [C, mid_cols], normal with std `in_std` and `out_std`.
+  void add_parameters(const ParameterNames& names, int64_t in_rows, int64_t mid_cols, double in_std,
+                      double out_std) {
+    const int64_t c = this->hidden_;
+    this->params_.push_back(make_param(names.norm_weight, {c}, PLX_INIT_ONES, 0, PLX_PARAM_NO_WEIGHT_DECAY));
+    this->params_.back().te_name = names.norm_weight_te;
+    if (!norm_.rms) {
+      this->params_.push_back(make_param(names.norm_bias, {c}, PLX_INIT_ZEROS, 0, PLX_PARAM_NO_WEIGHT_DECAY));
+      this->params_.back().te_name = names.norm_bias_te;
+    }
+    projections_ = {static_cast<uint32_t>(this->params_.size()), in_rows, mid_cols};
+    this->params_.push_back(make_param(names.in, {in_rows, c}, PLX_INIT_NORMAL, in_std, 0));
+    this->params_.push_back(make_param(names.out, {c, mid_cols}, PLX_INIT_NORMAL, out_std, 0));
+  }
+
+  // The parts of a device implementation's spec this class knows (and TransformerLayer's).
+  void fill_spec(PreNormSpec& spec) const {
+    this->TransformerLayer::fill_spec(spec);
+    spec.hidden = this->hidden_;
+    spec.norm = norm_;
+    spec.projections = projections_;
+  }
+
+  // Every sequence length is taken unless the layer hides this.
+  void expect_sequence(int64_t) const {}
+  // Where a backward writes d_mid, unless the layer hides this: the call's buffer.
+  kernels::Buffer& mid_gradient_buffer(State&, bool /*split*/, kernels::Buffer& call) const { return call; }
+
+  static std::size_t sz(int64_t v) { return static_cast<std::size_t>(v); }
+
+  NormSpec norm_;
+  Projections projections_;
+
+ private:
+  template <class T>
+  void run_forward(State& st, const plx_forward_args& args) {
+    const Projections& pr = projections_;
+    const int64_t c = this->hidden_;
+    const DLDataType dt = dtype_of(precision_v<T>);
+    Tokens t;
+    expect_hidden(args.inputs[0], this->device_, dt, c, "input 0 (hidden states)", t.batch, t.seq);
+    expect_tensor(args.outputs[0], this->device_, dt, {t.batch, t.seq, c}, "output 0");
+    this->expect_params(args.params, nullptr, dt);
+    self().expect_sequence(t.seq);
+    t.n = t.batch * t.seq;
+    const bool train = (args.flags & PLX_FORWARD_TRAINING) != 0;
+    st.saved = train;
+    st.precision = precision_v<T>;
+    st.batch = t.batch;
+    st.seq = t.seq;
+
+    const T* w_norm = data<T>(args.params[0]);
+    const T* b_norm = norm_.rms ? nullptr : data<T>(args.params[1]);
+    const T* w_in = data<T>(args.params[pr.in_index]);
+    const T* w_out = data<T>(args.params[pr.in_index + 1]);
+
+    // A forward that does not train keeps nothing: `in` and `mid` live in the call's buffers.
+    kernels::Buffer u_buf, call_in, call_mid;
+    T* u = u_buf.get<T>(sz(t.n * c));
+    T* xhat = train ? st.xhat.template get<T>(sz(t.n * c)) : nullptr;
+    T* rstd = train ? st.rstd.template get<T>(sz(t.n)) : nullptr;
+    norm_.template forward<T>(t.n, data<T>(args.inputs[0]), w_norm, b_norm, u, xhat, rstd);
+
+    T* in = (train ? st.in : call_in).template get<T>(sz(t.n * pr.in_rows));
+    kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::T, t.n, pr.in_rows, c, T(1), u, c, w_in, c,
+                              T(0), in, pr.in_rows);
+    T* mid = (train ? st.mid : call_mid).template get<T>(sz(t.n * pr.mid_cols));
+    self().template core_forward<T>(st, t, train, in, mid);
+    kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::T, t.n, c, pr.mid_cols, T(1), mid,
+                              pr.mid_cols, w_out, pr.mid_cols, T(0), data<T>(args.outputs[0]), c);
+  }
+
+  // With PLX_BACKWARD_SKIP_WEIGHT_GRADS: the input gradient only, and the weight gradients'
+  // upstream gradients kept in the state for run_backward_weights.
+  template <class T>
+  void run_backward(State& st, const plx_backward_args& args) {
+    const Projections& pr = projections_;
+    const int64_t c = this->hidden_;
+    const auto io = this->template expect_backward<T>(st, args);
+    const Tokens t{io.batch, io.seq, io.batch * io.seq};
+    const bool split = skips_weight_grads(args);
+    const T* w_norm = data<T>(args.params[0]);
+    const T* b_norm = norm_.rms ? nullptr : data<T>(args.params[1]);
+    const T* w_in = data<T>(args.params[pr.in_index]);
+    const T* w_out = data<T>(args.params[pr.in_index + 1]);
+
+    // f = mid W_out^T:  d_mid = df W_out,  dW_out += df^T mid.
+    kernels::Buffer call_d_mid, call_d_in, work_buf;
+    T* d_mid = self().mid_gradient_buffer(st, split, call_d_mid).template get<T>(sz(t.n * pr.mid_cols));
+    kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::N, t.n, pr.mid_cols, c, T(1), io.dy, c,
+                              w_out, pr.mid_cols, T(0), d_mid, pr.mid_cols);
+    if (split)
+      std::copy(io.dy, io.dy + t.n * c, st.dy.template get<T>(sz(t.n * c)));
+    else
+      out_weights<T>(t.n, io.dy, st.mid.template data<T>(),
+                     Base::template grad_or_null<T>(args.param_grads, pr.in_index + 1));
+
+    // The core (which, in a split backward, also releases what backward_weights does not need).
+    const T* d_in = self().template core_backward<T>(st, t, split, d_mid, call_d_in);
+
+    // in = u W_in^T:  dW_in += d_in^T u,  du = d_in W_in; then the norm's backward.
+    if (split) {
+      // The input gradient now; the norm's weight gradients from the same du later (the kernel
+      // sums the same partial products whether or not it also writes dx).
+      T* du = st.du.template get<T>(sz(t.n * c));
+      kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::N, t.n, c, pr.in_rows, T(1), d_in,
+                                pr.in_rows, w_in, c, T(0), du, c);
+      if (io.dx != nullptr)
+        norm_.template backward<T>(t.n, du, st.xhat.template data<T>(), st.rstd.template data<T>(), w_norm,
+                                   io.dx, nullptr, nullptr);
+      return;
+    }
+    T* dw_norm = Base::template grad_or_null<T>(args.param_grads, 0);
+    T* db_norm = norm_.rms ? nullptr : Base::template grad_or_null<T>(args.param_grads, 1);
+    T* work = work_buf.get<T>(sz(t.n * c));  // u, then du
+    input_projection_weights<T>(t.n, d_in, w_norm, b_norm, st.xhat.template data<T>(), work,
+                                Base::template grad_or_null<T>(args.param_grads, pr.in_index));
+    if (io.dx != nullptr || dw_norm != nullptr || db_norm != nullptr) {
+      kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::N, t.n, c, pr.in_rows, T(1), d_in,
+                                pr.in_rows, w_in, c, T(0), work, c);
+      norm_.template backward<T>(t.n, work, st.xhat.template data<T>(), st.rstd.template data<T>(), w_norm,
+                                 io.dx, dw_norm, db_norm);
+    }
+  }
+
+  // The weight gradients a backward with PLX_BACKWARD_SKIP_WEIGHT_GRADS left out, from what it
+  // kept, through the same calls as the unsplit backward; then what was kept is released.
+  template <class T>
+  void run_backward_weights(State& st, const plx_backward_args& args) {
+    const Projections& pr = projections_;
+    const int64_t n = st.batch * st.seq;
+    out_weights<T>(n, st.dy.template data<T>(), st.mid.template data<T>(),
+                   Base::template grad_or_null<T>(args.param_grads, pr.in_index + 1));
+    const T* w_norm = data<T>(args.params[0]);
+    const T* b_norm = norm_.rms ? nullptr : data<T>(args.params[1]);
+    T* dw_norm = Base::template grad_or_null<T>(args.param_grads, 0);
+    T* db_norm = norm_.rms ? nullptr : Base::template grad_or_null<T>(args.param_grads, 1);
+    kernels::Buffer u;
+    input_projection_weights<T>(n, st.d_in.template data<T>(), w_norm, b_norm, st.xhat.template data<T>(),
+                                u.get<T>(sz(n * norm_.cols)),
+                                Base::template grad_or_null<T>(args.param_grads, pr.in_index));
+    if (dw_norm != nullptr || db_norm != nullptr)
+      norm_.template backward<T>(n, st.du.template data<T>(), st.xhat.template data<T>(),
+                                 st.rstd.template data<T>(), w_norm, nullptr, dw_norm, db_norm);
+    for (kernels::Buffer* kept : {&st.dy, &st.d_in, &st.du, &st.mid, &st.xhat, &st.rstd}) kept->release();
+    st.saved = false;  // what a backward needs is gone
+  }
+
+  // dW_out += df^T mid (dw_out may be null: no gradient wanted).
+  template <class T>
+  void out_weights(int64_t n, const T* dy, const T* mid, T* dw_out) const {
+    const int64_t c = this->hidden_, cols = projections_.mid_cols;
+    if (dw_out != nullptr)
+      kernels::gemm_parallel<T>(kernels::Trans::T, kernels::Trans::N, c, cols, n, T(1), dy, c, mid, cols,
+                                T(1), dw_out, cols);
+  }
+
+  // The input projection's weight gradient, dW_in += d_in^T u with u = norm(x) rebuilt from the
+  // forward's xhat into `u` (n x C; dw_in may be null): the unsplit backward and backward_weights
+  // both call it.
+  template <class T>
+  void input_projection_weights(int64_t n, const T* d_in, const T* w_norm, const T* b_norm, const T* xhat,
+                                T* u, T* dw_in) const {
+    if (dw_in == nullptr) return;
+    const int64_t rows = projections_.in_rows;
+    norm_.template apply<T>(n, xhat, w_norm, b_norm, u);
+    kernels::gemm_parallel<T>(kernels::Trans::T, kernels::Trans::N, rows, norm_.cols, n, T(1), d_in, rows, u,
+                              norm_.cols, T(1), dw_in, norm_.cols);
+  }
+
+  const Derived& self() const { return static_cast<const Derived&>(*this); }
+  Derived& self() { return static_cast<Derived&>(*this); }
+};
+
+}  // namespace plexus::transformer
