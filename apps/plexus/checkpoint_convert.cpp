@@ -2,16 +2,14 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <system_error>
 #include <vector>
 
-#include "checkpoint_rename.hpp"
-#include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "plexus/core/config.hpp"
-#include "plexus/core/engine/decoder_plan.hpp"
-#include "plexus/core/plugin_host.hpp"
+#include "plexus/core/engine/model.hpp"
 #include "plexus/plugin.h"
 
 namespace plexus::cli {
@@ -19,15 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace ck = checkpoint;
-
-std::string pattern_of(const boost::json::value& config) {
-  const boost::json::value* pattern = config.at("model").as_object().if_contains("pattern");
-  return pattern != nullptr && pattern->is_string() ? std::string(pattern->as_string()) : std::string();
-}
-
-std::int64_t num_layers_of(const boost::json::value& config) {
-  return config.at("model").at("num_layers").to_number<std::int64_t>();
-}
 
 // The physical layers of a pattern's main decoder, for model.num_layers (Megatron's rule): its
 // symbols before any '/', brackets and '|' aside. A pattern this miscounts is one the stack refuses.
@@ -38,13 +27,93 @@ std::int64_t pattern_layers(const std::string& pattern) {
   return count;
 }
 
-std::string describe(const boost::json::value& config) {
-  const std::string pattern = pattern_of(config);
-  return pattern.empty() ? "the GPT of " + std::to_string(num_layers_of(config)) + " layers"
-                         : "the pattern \"" + pattern + "\"";
+// The model sections the framework names whose components a model is built of besides its decoder
+// layers (embedding, final norm, head; mHC's backend when enabled): not the scheduler nor the
+// data-parallel strategy, which building a model to read its names does not need.
+bool builds_the_model(const ComponentRef& ref) {
+  return ref.section.starts_with("model.") || ref.section == "mhc";
 }
 
-// config with the decoder described by (pattern, num_layers), every other key as it was.
+// The object at a dotted path of config ("model.embedding"), which component_refs found there.
+boost::json::object& object_at(boost::json::value& config, const std::string& path) {
+  boost::json::value* node = &config;
+  for (std::size_t begin = 0; begin <= path.size();) {
+    const std::size_t end = std::min(path.find('.', begin), path.size());
+    node = &node->as_object().at(path.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return node->as_object();
+}
+
+}  // namespace
+
+SavedModel::SavedModel(const ck::LoadedCheckpoint& loaded, const PluginLoadOptions& plugins)
+    : plugins_(plugins), state_file_(loaded.dir / ck::kStateFile) {
+  const boost::json::value* run_config =
+      loaded.state.is_object() ? loaded.state.as_object().if_contains("config") : nullptr;
+  if (run_config == nullptr || !run_config->is_object() || !run_config->as_object().contains("model") ||
+      !run_config->at("model").is_object())
+    throw CheckpointError(state_file_,
+                          "has no run config (\"config.model\"): the decoder's layout is unknown");
+  saved_ = *run_config;
+  // The framework's keys first: they name the stack and where plugins are looked for. The stack's
+  // own model keys are filled once its plugin is loaded, as a resume fills them.
+  boost::json::value framework_filled = saved_;
+  try {
+    config::validate(framework_filled, framework_schema());
+  } catch (const config::ConfigError& e) {
+    throw CheckpointError(state_file_, std::string("its run config is not valid here: ") + e.what());
+  }
+  (void)ensure_component(host_, PLX_KIND_STACK,
+                         std::string(framework_filled.at("model").at("stack").at("component").as_string()),
+                         "model.stack.component", plugins_, framework_filled);
+  config_ = saved_;
+  try {
+    validate_saved_run_config(host_, config_);
+  } catch (const config::ConfigError& e) {
+    throw CheckpointError(state_file_, std::string("its run config is not valid here: ") + e.what());
+  }
+}
+
+DecoderPlan SavedModel::plan(const boost::json::value& config, const std::string& context) const {
+  try {
+    return plan_decoder(host_, config, false);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(context + ": " + e.what());
+  }
+}
+
+DecoderPlan SavedModel::gpt_plan(std::size_t layers) const {
+  return plan(
+      with_decoder(config_, "", static_cast<std::int64_t>(layers)),
+      "the GPT of " + std::to_string(layers) + " layers of " + state_file_.string() + "'s run config");
+}
+
+LayerModules SavedModel::layer_modules(const boost::json::value& config, const std::string& context) {
+  try {
+    boost::json::value built = config;
+    // Nothing runs: the model is built only for its layers' tensor names, so on the CPU in float32
+    // whatever the run trained on (converting a checkpoint needs no GPU).
+    boost::json::object& run = built.at("run").as_object();
+    run["device"] = "cpu";
+    run["precision"] = "fp32";
+    for (const DecoderLayerPlan& layer : plan_decoder(host_, built, false).layers)
+      (void)ensure_component(host_, PLX_KIND_LAYER, layer.component, layer.component_key, plugins_, built);
+    for (const ComponentRef& ref : component_refs(built)) {
+      if (!builds_the_model(ref)) continue;
+      const Component& component =
+          ensure_component(host_, ref.kind, ref.name, ref.section + "." + ref.key, plugins_, built);
+      boost::json::object& section = object_at(built, ref.section);
+      section["options"] =
+          validated_component_options(component, section["options"], ref.section + ".options");
+    }
+    const Model model(host_, built, ModelOptions{{}, true});
+    return cli::layer_modules(model);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(context + ": " + e.what());
+  }
+}
+
 boost::json::value with_decoder(boost::json::value config, const std::string& pattern,
                                 std::int64_t num_layers) {
   boost::json::object& model = config.at("model").as_object();
@@ -53,39 +122,7 @@ boost::json::value with_decoder(boost::json::value config, const std::string& pa
   return config;
 }
 
-// The run config a checkpoint was written with, defaults filled as a resume fills them.
-boost::json::value filled_config(const ck::LoadedCheckpoint& loaded, boost::json::value& saved) {
-  const fs::path state_file = loaded.dir / ck::kStateFile;
-  const boost::json::value* run_config =
-      loaded.state.is_object() ? loaded.state.as_object().if_contains("config") : nullptr;
-  if (run_config == nullptr || !run_config->is_object() || !run_config->as_object().contains("model") ||
-      !run_config->at("model").is_object())
-    throw CheckpointError(state_file,
-                          "has no run config (\"config.model\"): the decoder's layout is unknown");
-  saved = *run_config;
-  boost::json::value filled = saved;
-  try {
-    config::validate(filled, framework_schema());
-  } catch (const config::ConfigError& e) {
-    throw CheckpointError(state_file, std::string("its run config is not valid here: ") + e.what());
-  }
-  return filled;
-}
-
-DecoderPlan plan_of(const PluginHost& host, const boost::json::value& config, const std::string& context) {
-  try {
-    return plan_decoder(host, config, false);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(context + ": " + e.what());
-  }
-}
-
-bool is_gpt_layout(const PluginHost& host, const boost::json::value& config, const DecoderPlan& plan,
-                   std::size_t gpt_layers) {
-  const DecoderPlan gpt =
-      plan_of(host, with_decoder(config, "", static_cast<std::int64_t>(gpt_layers)), "the GPT");
-  return storage_layout(gpt) == storage_layout(plan);
-}
+namespace {
 
 struct Renamed {
   std::vector<ck::TensorData> tensors;
@@ -123,25 +160,22 @@ ConvertResult convert_checkpoint(const ConvertRequest& request) {
         ec ? "cannot inspect: " + ec.message()
            : "already exists: the converted checkpoint goes to a new path (nothing is ever replaced)");
   const ck::LoadedCheckpoint loaded = ck::load_checkpoint(request.source);
-  boost::json::value saved;
-  const boost::json::value config = filled_config(loaded, saved);
-  const std::string source_config = (loaded.dir / ck::kStateFile).string();
+  SavedModel saved(loaded, request.plugins);
+  const boost::json::value& config = saved.config();
+  const std::string source_config = saved.state_file().string();
 
-  PluginHost host;
-  (void)ensure_component(host, PLX_KIND_STACK,
-                         std::string(config.at("model").at("stack").at("component").as_string()),
-                         "model.stack.component", request.plugins, config);
-  const DecoderPlan from = plan_of(host, config, source_config);
-  const std::string from_text = describe(config);
-  const std::size_t gpt_layers = check_gpt_compatible(from, "the checkpoint's decoder (" + from_text + ")");
-  const bool from_gpt = is_gpt_layout(host, config, from, gpt_layers);
+  const DecoderPlan from = saved.plan(config, source_config);
+  const GptPlanner gpt = [&](std::size_t layers) { return saved.gpt_plan(layers); };
+  const std::size_t gpt_layers =
+      check_gpt_compatible(from, gpt, "the checkpoint's decoder (" + from.summary + ")");
+  const bool from_gpt = storage_layout(gpt(gpt_layers)) == storage_layout(from);
 
   std::string pattern;
   std::int64_t num_layers = static_cast<std::int64_t>(gpt_layers);
   if (request.direction == Direction::gpt_to_hybrid) {
     if (!from_gpt)
       throw std::invalid_argument(
-          "the checkpoint is not a GPT: its decoder is " + from_text +
+          "the checkpoint is not a GPT: its decoder is " + from.summary +
           ", stored under other names; --direction hybrid-to-gpt converts it to the GPT");
     pattern = request.pattern;
     if (pattern.empty())
@@ -149,45 +183,55 @@ ConvertResult convert_checkpoint(const ConvertRequest& request) {
     num_layers = pattern_layers(pattern);
   } else {
     if (from_gpt)
-      throw std::invalid_argument("the checkpoint already stores a GPT's tensors (" + from_text +
+      throw std::invalid_argument("the checkpoint already stores a GPT's tensors (" + from.summary +
                                   "): it resumes as the GPT unconverted");
-    if (!request.pattern.empty() && request.pattern != pattern_of(config))
-      throw std::invalid_argument("--hybrid-layer-pattern \"" + request.pattern +
-                                  "\" is not the checkpoint's pattern \"" + pattern_of(config) + "\" (" +
-                                  source_config + ")");
+    // The pattern given is checked as a decoder, not as text: the stack's plan of it must store
+    // what the checkpoint's decoder stores.
+    if (!request.pattern.empty()) {
+      const std::string given = "--hybrid-layer-pattern \"" + request.pattern + "\"";
+      if (storage_layout(saved.plan(with_decoder(config, request.pattern, pattern_layers(request.pattern)),
+                                    given)) != storage_layout(from))
+        throw std::invalid_argument(given + " is not the checkpoint's decoder, " + from.summary + " (" +
+                                    source_config + ")");
+    }
   }
   const boost::json::value target = with_decoder(config, pattern, num_layers);
-  const std::string to_text = describe(target);
   const DecoderPlan to =
-      plan_of(host, target, pattern.empty() ? "the GPT" : "--hybrid-layer-pattern \"" + pattern + "\"");
-  if (const std::size_t to_layers = check_gpt_compatible(to, "the destination's decoder (" + to_text + ")");
+      saved.plan(target, pattern.empty() ? "the GPT" : "--hybrid-layer-pattern \"" + pattern + "\"");
+  if (const std::size_t to_layers =
+          check_gpt_compatible(to, gpt, "the destination's decoder (" + to.summary + ")");
       to_layers != gpt_layers)
-    throw std::invalid_argument("the pattern \"" + pattern + "\" has " + std::to_string(to_layers) +
-                                " attention and MLP layers each, the checkpoint " +
-                                std::to_string(gpt_layers) + " (" + from_text + ")");
-  if (request.direction == Direction::gpt_to_hybrid && is_gpt_layout(host, target, to, gpt_layers))
+    throw std::invalid_argument("the destination's decoder (" + to.summary + ") holds the layers of " +
+                                gpt(to_layers).summary + ", the checkpoint those of " +
+                                gpt(gpt_layers).summary);
+  if (request.direction == Direction::gpt_to_hybrid && storage_layout(gpt(gpt_layers)) == storage_layout(to))
     throw std::invalid_argument(
         "the pattern \"" + pattern +
         "\" stores a GPT's tensors under the GPT's names: the checkpoint resumes with it "
         "unconverted");
 
-  const LayoutRenaming renaming(from, to);
+  // Which module of a group is which layer's, the source's layers say themselves (their tensor
+  // names); a decoder whose layers each have a prefix of their own needs no model built.
+  const LayerModules modules =
+      shares_prefixes(from) ? saved.layer_modules(config, "the checkpoint's model (" + source_config + ")")
+                            : LayerModules{};
+  const LayoutRenaming renaming(from, to, modules);
   const Renamed model = renamed_tensors(loaded.model, renaming);
   const Renamed optimizer = renamed_tensors(loaded.optimizer, renaming);
   // Everything but the decoder's description stays: step, data position, the rest of the config.
   boost::json::value state = loaded.state;
-  state.as_object()["config"] = with_decoder(saved, pattern, num_layers);
+  state.as_object()["config"] = with_decoder(saved.saved(), pattern, num_layers);
   // The files' own metadata (the weight layout marker, ...) carries over; the writer adds the step.
   std::map<std::string, std::string> metadata = loaded.model.metadata();
   metadata.erase("plexus.step");
-  const fs::path written =
-      ck::create_checkpoint(request.destination, loaded.step, model.tensors, optimizer.tensors, state, metadata);
+  const fs::path written = ck::create_checkpoint(request.destination, loaded.step, model.tensors,
+                                                 optimizer.tensors, state, metadata);
 
   ConvertResult result;
   result.destination = written;
   result.step = loaded.step;
-  result.from = from_text;
-  result.to = to_text;
+  result.from = from.summary;
+  result.to = to.summary;
   result.pattern = pattern;
   result.num_layers = num_layers;
   result.model_tensors = model.tensors.size();

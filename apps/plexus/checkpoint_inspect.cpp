@@ -6,12 +6,16 @@
 #include <charconv>
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "checkpoint_convert.hpp"
+#include "plexus/core/engine/decoder_plan.hpp"
 #include "plexus/core/json_text.hpp"
 
 namespace plexus::cli {
@@ -100,14 +104,43 @@ std::string text_of(const boost::json::object& object, const char* key) {
   return value->is_string() ? std::string(value->as_string()) : json_text(*value);
 }
 
-// "GPT, [*-] x 2, hidden 32, 4 heads, sequence 32, vocabulary 256" or with the pattern instead.
-std::string model_summary(const boost::json::value& state) {
+// A message on one line: the lines after the first joined with "; ".
+std::string one_line(const std::string& text) {
+  std::string line;
+  for (std::size_t at = 0; at < text.size();) {
+    if (text[at] != '\n') {
+      line += text[at++];
+      continue;
+    }
+    while (at < text.size() && (text[at] == '\n' || text[at] == ' ')) ++at;
+    if (at < text.size()) line += "; ";
+  }
+  return line;
+}
+
+// The decoder as the saved config's stack describes it, or why it cannot be told.
+struct Decoder {
+  std::optional<DecoderPlan> plan;
+  std::string unknown;  // why, when there is no plan
+};
+
+Decoder decoder_of(const ck::LoadedCheckpoint& loaded, const PluginLoadOptions& plugins) {
+  if (model_section(loaded.state) == nullptr) return {std::nullopt, "state.json has no run config"};
+  // Inspecting never fails for the decoder: the tensors are there to see whatever the stack says.
+  try {
+    const SavedModel saved(loaded, plugins);
+    return {saved.plan(saved.config(), saved.state_file().string()), ""};
+  } catch (const std::exception& e) {
+    return {std::nullopt, one_line(e.what())};
+  }
+}
+
+// "the GPT of 2 layers, hidden 32, 4 heads, sequence 32, vocabulary 256": the decoder in its
+// stack's words, then the model's sizes.
+std::string model_summary(const boost::json::value& state, const Decoder& decoder) {
   const boost::json::object* model = model_section(state);
   if (model == nullptr) return "unknown (state.json has no run config)";
-  const std::string pattern = model->contains("pattern") ? text_of(*model, "pattern") : "";
-  std::string text = pattern.empty()
-                         ? "GPT, [*-] x " + text_of(*model, "num_layers")
-                         : "pattern \"" + pattern + "\", num_layers " + text_of(*model, "num_layers");
+  std::string text = decoder.plan ? decoder.plan->summary : "decoder unknown (" + decoder.unknown + ")";
   text += ", hidden " + text_of(*model, "hidden_size") + ", " + text_of(*model, "num_attention_heads") +
           " heads, sequence " + text_of(*model, "seq_length") + ", vocabulary " +
           text_of(*model, "vocab_size");
@@ -117,6 +150,34 @@ std::string model_summary(const boost::json::value& state) {
       mhc->at("enabled") == true)
     text += ", mHC with " + text_of(mhc->as_object(), "num_residual_streams") + " residual streams";
   return text;
+}
+
+// checkpoint prefix -> "attention (transformer.attention) and mlp (transformer.mlp)": the layers the
+// stack stores under it.
+std::map<std::string, std::string> layers_by_prefix(const Decoder& decoder) {
+  std::map<std::string, std::string> layers;
+  if (!decoder.plan) return layers;
+  for (const DecoderLayerPlan& layer : decoder.plan->layers) {
+    std::string& text = layers[layer.checkpoint_prefix];
+    text += (text.empty() ? "" : " and ") + layer.kind + " (" + layer.component + ")";
+  }
+  return layers;
+}
+
+boost::json::object decoder_json(const Decoder& decoder) {
+  if (!decoder.plan) return {{"unknown", decoder.unknown}};
+  boost::json::array layers;
+  for (const DecoderLayerPlan& layer : decoder.plan->layers)
+    layers.push_back(boost::json::object{{"label", layer.label},
+                                         {"kind", layer.kind},
+                                         {"component", layer.component},
+                                         {"checkpoint_prefix", layer.checkpoint_prefix},
+                                         {"physical", layer.physical},
+                                         {"logical", layer.logical},
+                                         {"mtp_depth", layer.mtp_depth}});
+  return {{"summary", decoder.plan->summary},
+          {"layers", std::move(layers)},
+          {"final_norm_prefix", decoder.plan->final_norm_prefix}};
 }
 
 std::string padded(const std::string& text, std::size_t width) {
@@ -141,8 +202,8 @@ Totals totals_of(const std::vector<Row>& rows) {
   return t;
 }
 
-void print_json(const ck::LoadedCheckpoint& loaded, const std::vector<Row>& rows, const Totals& model,
-                const Totals& optimizer, std::ostream& out) {
+void print_json(const ck::LoadedCheckpoint& loaded, const Decoder& decoder, const std::vector<Row>& rows,
+                const Totals& model, const Totals& optimizer, std::ostream& out) {
   boost::json::array tensors;
   for (const Row& row : rows) {
     boost::json::array shape(row.shape.begin(), row.shape.end());
@@ -178,11 +239,12 @@ void print_json(const ck::LoadedCheckpoint& loaded, const std::vector<Row>& rows
   document["optimizer_file"] = std::move(optimizer_file);
   const boost::json::value* config = state_of(loaded).if_contains("config");
   document["config"] = config != nullptr ? *config : boost::json::value(nullptr);
+  document["decoder"] = decoder_json(decoder);
   out << json_text(document, 2) << "\n";
 }
 
-void print_text(const ck::LoadedCheckpoint& loaded, const std::vector<Row>& rows, const Totals& model,
-                const Totals& optimizer, std::ostream& out) {
+void print_text(const ck::LoadedCheckpoint& loaded, const Decoder& decoder, const std::vector<Row>& rows,
+                const Totals& model, const Totals& optimizer, std::ostream& out) {
   // One "label  value" line each: the directory, the step, the rest of the state, the model.
   std::vector<std::pair<std::string, std::string>> lines{
       {"checkpoint", loaded.dir.string()},
@@ -191,7 +253,7 @@ void print_text(const ck::LoadedCheckpoint& loaded, const std::vector<Row>& rows
     if (key != "config" && key != "step")
       lines.emplace_back(std::string(key),
                          value.is_string() ? std::string(value.as_string()) : json_text(value));
-  lines.emplace_back("model", model_summary(loaded.state));
+  lines.emplace_back("model", model_summary(loaded.state, decoder));
   std::size_t label_width = 0;
   for (const auto& line : lines) label_width = std::max(label_width, line.first.size() + 2);
   for (const auto& [label, value] : lines) out << padded(label, label_width) << value << "\n";
@@ -205,6 +267,7 @@ void print_text(const ck::LoadedCheckpoint& loaded, const std::vector<Row>& rows
   out << "\n"
       << ck::kModelFile << ": " << rows.size() << " tensors, " << model.parameters << " parameters, "
       << model.bytes << " bytes of tensors (file " << file_bytes(loaded.dir / ck::kModelFile) << " bytes)\n";
+  const std::map<std::string, std::string> stored = layers_by_prefix(decoder);
   std::string layer;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Row& row = rows[i];
@@ -212,8 +275,9 @@ void print_text(const ck::LoadedCheckpoint& loaded, const std::vector<Row>& rows
       std::vector<Row> members;
       for (std::size_t j = i; j < rows.size() && rows[j].layer == row.layer; ++j) members.push_back(rows[j]);
       const Totals t = totals_of(members);
+      const auto layers = stored.find(row.layer);
       out << "  " << row.layer << "  (" << members.size() << " tensors, " << t.parameters << " parameters, "
-          << t.bytes << " bytes)\n";
+          << t.bytes << " bytes)" << (layers != stored.end() ? ": " + layers->second : std::string()) << "\n";
     }
     layer = row.layer;
     const std::string label = row.layer.empty() ? row.name : "  " + row.name.substr(row.layer.size());
@@ -228,14 +292,16 @@ void print_text(const ck::LoadedCheckpoint& loaded, const std::vector<Row>& rows
 
 }  // namespace
 
-void print_inspection(const ck::LoadedCheckpoint& loaded, bool json, std::ostream& out) {
+void print_inspection(const ck::LoadedCheckpoint& loaded, bool json, const PluginLoadOptions& plugins,
+                      std::ostream& out) {
+  const Decoder decoder = decoder_of(loaded, plugins);
   const std::vector<Row> rows = rows_of(loaded.model);
   const Totals model = totals_of(rows);
   const Totals optimizer = totals_of(rows_of(loaded.optimizer));
   if (json)
-    print_json(loaded, rows, model, optimizer, out);
+    print_json(loaded, decoder, rows, model, optimizer, out);
   else
-    print_text(loaded, rows, model, optimizer, out);
+    print_text(loaded, decoder, rows, model, optimizer, out);
 }
 
 }  // namespace plexus::cli

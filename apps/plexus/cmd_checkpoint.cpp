@@ -18,7 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 namespace ck = checkpoint;
 
-constexpr const char* kHelp = R"(usage: plexus checkpoint inspect DIR [--json]
+constexpr const char* kHelp = R"(usage: plexus checkpoint inspect DIR [--json] [--plugin-path DIR]...
        plexus checkpoint convert SRC DST --direction gpt-to-hybrid|hybrid-to-gpt
                                  [--hybrid-layer-pattern PATTERN] [--plugin-path DIR]...
 
@@ -26,22 +26,27 @@ DIR and SRC are a checkpoint directory (runs/NAME/checkpoints/step_00000100), or
 checkpoints directory or the run directory, meaning the newest complete checkpoint in it. A
 partial or damaged checkpoint is refused naming the file.
 
-inspect: the step and the rest of state.json (data position, ...), the run config's model
-         (the GPT or the pattern, layers, hidden size), every tensor of model.safetensors by
-         decoder layer (name, shape, dtype, bytes) with the totals, and the optimizer file's
-         tensor count and bytes. --json prints all of it, the whole run config included.
+inspect: the step and the rest of state.json (data position, ...), the model (its decoder in
+         the words of the saved config's stack, whose plugin is found as a run finds it; the
+         hidden size, heads, sequence, vocabulary), every tensor of model.safetensors by decoder
+         layer (name, shape, dtype, bytes) with the totals and the layers stored there, and the
+         optimizer file's tensor count and bytes. --json prints all of it, the whole run config
+         and the decoder's layers included. A stack that cannot be loaded leaves the decoder
+         "unknown", saying why; the tensors are listed all the same.
 
 convert: writes SRC as a new checkpoint DST in another decoder layout of the same layers,
-         paired as Megatron-LM's tools/checkpoint/gpt_hybrid_conversion.py pairs them: GPT
-         layer i is the i-th attention layer ('*') and the i-th MLP layer ('-') of the pattern.
+         paired as Megatron-LM's tools/checkpoint/gpt_hybrid_conversion.py pairs them, by layer
+         component: the i-th layer of a component (the attention of GPT layer i: the i-th '*'
+         of the pattern; its MLP: the i-th '-') is the i-th of that component in the other.
            gpt-to-hybrid  a GPT (or "[*-]" x L) to --hybrid-layer-pattern, by default the
                           ungrouped "*-" x L, whose layers are stored under their own index
            hybrid-to-gpt  a pattern of '*' and '-' layers to the GPT
          Parameters and AdamW moments are renamed; the step, the data position and the run
          config (but model.pattern and model.num_layers) are kept, so DST resumes exactly
-         with the converted model (the command prints the settings). Refused: layers without
-         a GPT counterpart ('M', 'E', ...), multi-token prediction, unequal numbers of '*' and
-         '-', and an existing DST (nothing is ever replaced; DST appears complete or not at all).
+         with the converted model (the command prints the settings). Refused: a layer whose
+         component no GPT layer is made of ('M', ...), multi-token prediction, numbers of layers
+         no GPT has (unequal numbers of '*' and '-'), and an existing DST (nothing is ever
+         replaced; DST appears complete or not at all).
 
   plexus checkpoint inspect runs/gpt/checkpoints/step_00000500
   plexus checkpoint convert runs/gpt/checkpoints/step_00000500 runs/hybrid-start --direction gpt-to-hybrid
@@ -75,12 +80,13 @@ fs::path resolve_checkpoint(const fs::path& dir) {
   return dir;  // load_checkpoint says what is wrong with it
 }
 
-int inspect(const std::vector<std::string>& paths, bool json) {
+int inspect(const std::vector<std::string>& paths, bool json, const PluginOptions& plugins) {
   if (paths.size() != 1) {
     std::cerr << "plexus checkpoint: error: inspect takes one directory\n\n" << kHelp;
     return 1;
   }
-  print_inspection(ck::load_checkpoint(resolve_checkpoint(paths[0])), json, std::cout);
+  print_inspection(ck::load_checkpoint(resolve_checkpoint(paths[0])), json,
+                   {plugins.dirs(), plugins.allow_world_writable}, std::cout);
   return 0;
 }
 
@@ -143,7 +149,7 @@ int checkpoint_command(const std::vector<std::string>& args) {
       std::cout << kHelp << "\n" << options;
       return 0;
     }
-    if (action == "inspect") return inspect(paths, json);
+    if (action == "inspect") return inspect(paths, json, plugin_options);
     if (action == "convert") return convert(paths, direction, pattern, plugin_options);
     std::cerr << "plexus checkpoint: error: expected 'inspect' or 'convert'\n\n" << kHelp;
     return 1;

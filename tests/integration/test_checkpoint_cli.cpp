@@ -82,10 +82,13 @@ BOOST_AUTO_TEST_CASE(inspect_lists_the_step_the_model_and_every_tensor) {
   BOOST_TEST(line_of(text.output, "step") == "4 (COMPLETE marker present, file sizes as recorded)",
              text.output);
   BOOST_TEST(line_of(text.output, "model") ==
-             "GPT, [*-] x 2, hidden 32, 4 heads, sequence 32, vocabulary 256");
+             "the GPT of 2 layers, hidden 32, 4 heads, sequence 32, vocabulary 256");
   BOOST_TEST(line_of(text.output, "data_position") == "32");  // 4 steps x 2 microbatches x 4 samples
   BOOST_TEST(line_of(text.output, "format") == "plexus-checkpoint-1");
   BOOST_TEST(contains(text.output, "  decoder.layers.1.  (6 tensors"), text.output);
+  // The layers the stack stores under a prefix, in its words.
+  BOOST_TEST(contains(text.output, " bytes): attention (transformer.attention) and mlp (transformer.mlp)\n"),
+             text.output);
   BOOST_TEST(contains(text.output, "    self_attention.linear_qkv.weight"), text.output);
   BOOST_TEST(contains(text.output, "optimizer.safetensors: 28 tensors"), text.output);
   BOOST_TEST(contains(text.output, "model.safetensors: 14 tensors"),
@@ -107,6 +110,9 @@ BOOST_AUTO_TEST_CASE(inspect_lists_the_step_the_model_and_every_tensor) {
   BOOST_TEST(doc.at("complete").as_bool());
   BOOST_TEST(doc.at("state").at("data_position").as_int64() == 32);
   BOOST_TEST(doc.at("config").at("model").at("num_layers").as_int64() == 2);
+  BOOST_TEST(doc.at("decoder").at("summary").as_string() == "the GPT of 2 layers");
+  BOOST_TEST(doc.at("decoder").at("layers").as_array().size() == 4u);
+  BOOST_TEST(doc.at("decoder").at("layers").at(3).at("label").as_string() == "decoder.layers.1 mlp");
   const auto& tensors = doc.at("model_file").at("tensors").as_array();
   BOOST_TEST_REQUIRE(tensors.size() == model.size());
   std::int64_t parameters = 0;
@@ -304,11 +310,11 @@ BOOST_AUTO_TEST_CASE(what_cannot_be_converted_is_refused_and_nothing_is_written)
   };
   // A layer with no GPT counterpart, in the destination or in the source.
   refused("--direction gpt-to-hybrid --hybrid-layer-pattern 'M*-*-'",
-          "layer 0 is 'M' (mamba.mixer), which has no GPT", source);
+          "layer decoder.layers.0 mamba (mamba.mixer) has no GPT counterpart", source);
   refused("--direction gpt-to-hybrid --hybrid-layer-pattern '*-*--'",
-          "2 attention layers ('*') and 3 MLP layers ('-')", source);
+          "has 2 attention layers (transformer.attention) and 3 mlp layers (transformer.mlp)", source);
   refused("--direction gpt-to-hybrid --hybrid-layer-pattern '*-*-*-'",
-          "has 3 attention and MLP layers each, the checkpoint 2", source);
+          "holds the layers of the GPT of 3 layers, the checkpoint those of the GPT of 2 layers", source);
   refused("--direction gpt-to-hybrid --hybrid-layer-pattern '*-*-/*-'", "multi-token-prediction", source);
   refused("--direction gpt-to-hybrid --hybrid-layer-pattern '[*-][*-]'", "resumes with it unconverted",
           source);
@@ -325,7 +331,8 @@ BOOST_AUTO_TEST_CASE(what_cannot_be_converted_is_refused_and_nothing_is_written)
     for (const auto& t : real.optimizer.tensors())
       optimizer.push_back({std::string(t.name), t.dtype, {t.shape.begin(), t.shape.end()}, t.bytes});
     const fs::path mamba = ck::write_checkpoint(corpus.dir.path() / "mamba", 2, model, optimizer, state);
-    refused("--direction hybrid-to-gpt", "the checkpoint's decoder (the pattern \"M*-*-\"): layer 0 is 'M'",
+    refused("--direction hybrid-to-gpt",
+            "the checkpoint's decoder (the pattern \"M*-*-\"): layer decoder.layers.0 mamba (mamba.mixer)",
             mamba);
   }
   // A partial checkpoint (no COMPLETE marker), named.
