@@ -34,9 +34,7 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
     heads_ = positive_int(host, m, "num_attention_heads");
     groups_ = positive_int(host, m, "num_query_groups");
     max_seq_ = positive_int(host, m, "seq_length");
-    norm_ = NormSpec::read(host, m, hidden_);
     const double rope_base = positive_number(host, m, "rotary_base");
-    const double std_dev = positive_number(host, m, "init_method_std");
     if (hidden_ % heads_ != 0)
       throw Error(PLX_ERR_INVALID_ARGUMENT, "hidden_size (" + std::to_string(hidden_) +
                                                 ") is not divisible by num_attention_heads (" +
@@ -56,7 +54,7 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
     add_parameters({"input_layernorm.weight", "input_layernorm.bias", "self_attention.linear_qkv.weight",
                     "self_attention.linear_proj.weight", "self_attention.linear_qkv.layer_norm_weight",
                     "self_attention.linear_qkv.layer_norm_bias"},
-                   qkv_rows_, heads_ * head_dim_, std_dev, output_init_std(args, std_dev));
+                   qkv_rows_, heads_ * head_dim_, output_init_std(args, init_std_));
 
     // RoPE is applied in place to the query heads and the key head of every group.
     const int64_t per = heads_ / groups_;

@@ -23,9 +23,6 @@ class Mlp final : public PreNormLayer<Mlp, MlpState> {
   explicit Mlp(const plx_layer_create_args& args) : PreNormLayer("transformer.mlp", args) {
     const auto host = plexus::sdk::Host::current();
     const plx_config m = args.model_config;
-    ffn_ = positive_int(host, m, "ffn_hidden_size");
-    norm_ = NormSpec::read(host, m, hidden_);
-    const double std_dev = positive_number(host, m, "init_method_std");
     const std::string activation = host.config_string(m, "activation");
     if (activation == "gelu") {
       swiglu_ = false;
@@ -35,11 +32,13 @@ class Mlp final : public PreNormLayer<Mlp, MlpState> {
       throw Error(PLX_ERR_INVALID_ARGUMENT,
                   "model activation must be \"gelu\" or \"swiglu\", got \"" + activation + "\"");
     }
+    ffn_ = positive_int(host, m, "ffn_hidden_size");
     fc1_rows_ = swiglu_ ? 2 * ffn_ : ffn_;
 
-    add_parameters({"pre_mlp_layernorm.weight", "pre_mlp_layernorm.bias", "mlp.linear_fc1.weight",
-                    "mlp.linear_fc2.weight", "mlp.linear_fc1.layer_norm_weight", "mlp.linear_fc1.layer_norm_bias"},
-                   fc1_rows_, ffn_, std_dev, output_init_std(args, std_dev));
+    add_parameters(
+        {"pre_mlp_layernorm.weight", "pre_mlp_layernorm.bias", "mlp.linear_fc1.weight",
+         "mlp.linear_fc2.weight", "mlp.linear_fc1.layer_norm_weight", "mlp.linear_fc1.layer_norm_bias"},
+        fc1_rows_, ffn_, output_init_std(args, init_std_));
     if (on_cuda()) {
       MlpSpec spec;
       fill_spec(spec);

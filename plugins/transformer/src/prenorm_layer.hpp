@@ -49,7 +49,12 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
   friend class SplitHiddenLayer<Derived, State>;
 
  public:
-  using Base::Base;
+  // Reads what every pre-norm layer takes from the model section: its norm and init_method_std.
+  PreNormLayer(const char* component, const plx_layer_create_args& args) : Base(component, args) {
+    const auto host = plexus::sdk::Host::current();
+    norm_ = NormSpec::read(host, args.model_config, this->hidden_);
+    init_std_ = positive_number(host, args.model_config, "init_method_std");
+  }
 
  protected:
   // The checkpoint names of the parameters (Megatron-LM's), and the norm's in Megatron's
@@ -64,9 +69,8 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
   };
   // Declares the parameters in the order the calls read them, after norm_ is read: the norm's
   // weight (ones) and, for LayerNorm, bias (zeros), neither decayed; W_in [in_rows, C] and W_out
-  // [C, mid_cols], normal with std `in_std` and `out_std`.
-  void add_parameters(const ParameterNames& names, int64_t in_rows, int64_t mid_cols, double in_std,
-                      double out_std) {
+  // [C, mid_cols], normal with std init_method_std and `out_std`.
+  void add_parameters(const ParameterNames& names, int64_t in_rows, int64_t mid_cols, double out_std) {
     const int64_t c = this->hidden_;
     this->params_.push_back(make_param(names.norm_weight, {c}, PLX_INIT_ONES, 0, PLX_PARAM_NO_WEIGHT_DECAY));
     this->params_.back().te_name = names.norm_weight_te;
@@ -75,7 +79,7 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
       this->params_.back().te_name = names.norm_bias_te;
     }
     projections_ = {static_cast<uint32_t>(this->params_.size()), in_rows, mid_cols};
-    this->params_.push_back(make_param(names.in, {in_rows, c}, PLX_INIT_NORMAL, in_std, 0));
+    this->params_.push_back(make_param(names.in, {in_rows, c}, PLX_INIT_NORMAL, init_std_, 0));
     this->params_.push_back(make_param(names.out, {c, mid_cols}, PLX_INIT_NORMAL, out_std, 0));
   }
 
@@ -95,6 +99,7 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
   static std::size_t sz(int64_t v) { return static_cast<std::size_t>(v); }
 
   NormSpec norm_;
+  double init_std_ = 0;  // init_method_std
   Projections projections_;
 
  private:
