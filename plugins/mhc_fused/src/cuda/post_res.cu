@@ -316,35 +316,32 @@ __global__ void __launch_bounds__(kThreads) post_res_backward_kernel(Backward<D>
   }
 }
 
-// The generic path's dot products: dH(i, j) = <dy_i, x_j>, d = (t * n + i) * n + j.
+// The generic path's dot products, over the backward's own arguments (dh_res and dh_post are
+// cleared there so that the kernel leaves them to these): dH(i, j) = <dy_i, x_j>,
+// d = (t * n + i) * n + j.
 template <class D>
 struct DHRes {
-  const D* dy;
-  const D* x;
-  int64_t n, c;
-  bool transposed;
+  Backward<D> a;
   float* dh_res;
   __device__ float term(int64_t d, int64_t k) const {
-    const int64_t t = d / (n * n), i = d / n % n, j = d % n;
-    return to_f32(dy[(t * n + i) * c + k]) * to_f32(x[(t * n + j) * c + k]);
+    const int64_t n = a.n, t = d / (n * n), i = d / n % n, j = d % n;
+    return to_f32(a.dy[(t * n + i) * a.c + k]) * to_f32(a.x[(t * n + j) * a.c + k]);
   }
   __device__ void store(int64_t d, double s) const {
-    dh_res[mix_index(d / (n * n), n, transposed, d / n % n, d % n)] = static_cast<float>(s);
+    const int64_t n = a.n;
+    dh_res[mix_index(d / (n * n), n, a.transposed, d / n % n, d % n)] = static_cast<float>(s);
   }
 };
 
 // dH_post[i] = <dy_i, f + bias>, d = t * n + i.
 template <class D>
 struct DHPost {
-  const D* dy;
-  const D* f;
-  const D* bias;
-  int64_t n, c;
+  Backward<D> a;
   float* dh_post;
   __device__ float term(int64_t d, int64_t k) const {
-    const int64_t t = d / n;
-    const float fb = bias != nullptr ? to_f32(f[t * c + k]) + to_f32(bias[k]) : to_f32(f[t * c + k]);
-    return to_f32(dy[d * c + k]) * fb;
+    const int64_t t = d / a.n, c = a.c;
+    const float fb = a.bias != nullptr ? to_f32(a.f[t * c + k]) + to_f32(a.bias[k]) : to_f32(a.f[t * c + k]);
+    return to_f32(a.dy[d * c + k]) * fb;
   }
   __device__ void store(int64_t d, double s) const { dh_post[d] = static_cast<float>(s); }
 };
@@ -458,11 +455,9 @@ void CudaPrimitives<A>::post_res_backward(Handle& handle, const MhcProblem& pb,
     }
     const int64_t n = pb.streams, c = pb.hidden;
     if (dh_res != nullptr)
-      row_dots(stream, pb.tokens * n * n, c, DHRes<D>{args.dy, args.x, n, c, pb.transposed_h_res, dh_res},
-               "mhc_fused post_res backward: dH_res");
+      row_dots(stream, pb.tokens * n * n, c, DHRes<D>{args, dh_res}, "mhc_fused post_res backward: dH_res");
     if (dh_post != nullptr)
-      row_dots(stream, pb.tokens * n, c, DHPost<D>{args.dy, args.f, args.bias, n, c, dh_post},
-               "mhc_fused post_res backward: dH_post");
+      row_dots(stream, pb.tokens * n, c, DHPost<D>{args, dh_post}, "mhc_fused post_res backward: dH_post");
   }
   if (dbias != nullptr)  // dbias += the blocks' sums, in block order
     column_sums_into(stream, t.block_sums, blocks, pb.hidden, t.partials, dbias,
