@@ -153,7 +153,10 @@ if wants build; then
     fi
   fi
   section "configure ($build, CUDA architectures: $arch)"
+  # Warnings do not stop this build (the GPU machine's CUDA may be newer than the one the code is
+  # checked with): it is here to run the GPU paths, not to judge the warnings.
   if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPLEXUS_WITH_CUDA=ON \
+    -DPLEXUS_WARNINGS_AS_ERRORS=OFF \
     -DPLEXUS_WITH_NCCL=AUTO -DCMAKE_CUDA_ARCHITECTURES="$arch" "${nccl_args[@]}" "${cmake_args[@]}" 2>&1 |
     tee "$logs/configure.log"; then
     fail "configure (PLEXUS_WITH_CUDA=ON): see $logs/configure.log"

@@ -4,7 +4,10 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/install-deps.sh"
-"$root/scripts/build.sh"
+# The same build as scripts/test.sh's (scripts/lib/builds.sh): running that next recompiles nothing.
+# shellcheck source=lib/builds.sh
+source "$root/scripts/lib/builds.sh"
+plexus_quickstart_build
 bin="${PLEXUS_BUILD_DIR:-$root/build}/bin"
 echo
 echo "== plexus plugins list"

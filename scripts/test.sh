@@ -2,8 +2,10 @@
 # The README's second command (and CI's): installs what is missing, then builds and tests two
 # configurations, each with warnings as errors (PLEXUS_WARNINGS_AS_ERRORS=ON):
 #   1. the main build, build/: g++ (the default compiler), Release (what users build; its -O3
-#      brings out warnings that -O2 does not; PLEXUS_TEST_BUILD_TYPE changes it), every suite
-#      through ctest. Extra arguments go to this ctest, e.g. scripts/test.sh -L unit;
+#      brings out warnings that -O2 does not; PLEXUS_TEST_BUILD_TYPE, else PLEXUS_BUILD_TYPE,
+#      changes it), every suite through ctest. Extra arguments go to this ctest, e.g.
+#      scripts/test.sh -L unit. It is scripts/quickstart.sh's build (scripts/lib/builds.sh), so
+#      after quickstart.sh nothing is recompiled;
 #   2. a second compiler, build-clang/: clang++ Release without CUDA (another compiler's warnings
 #      and code generation), the unit tests. PLEXUS_TEST_SECOND_BUILD=0 skips it.
 # PLEXUS_BUILD_DIR moves the first, PLEXUS_CLANG_BUILD_DIR the second (default: the first's name
@@ -20,9 +22,14 @@ if ! "$root/scripts/python-env.sh"; then
   echo "test.sh: !!! WARNING: scripts/python-env.sh failed: the tokenizers interop tests will be SKIPPED !!!" >&2
 fi
 
-type="${PLEXUS_TEST_BUILD_TYPE:-Release}"
+# The build type of quickstart.sh's build unless told otherwise, so that one build serves both.
+type="${PLEXUS_TEST_BUILD_TYPE:-${PLEXUS_BUILD_TYPE:-Release}}"
 echo "== test.sh: g++ $type ($build)"
-PLEXUS_BUILD_DIR="$build" PLEXUS_BUILD_TYPE="$type" "$root/scripts/build.sh" -DPLEXUS_WARNINGS_AS_ERRORS=ON
+# quickstart.sh's build with warnings as errors demanded: on the checked compilers the same
+# build, so after quickstart.sh nothing is recompiled (scripts/lib/builds.sh).
+# shellcheck source=lib/builds.sh
+source "$root/scripts/lib/builds.sh"
+PLEXUS_BUILD_DIR="$build" PLEXUS_BUILD_TYPE="$type" plexus_test_build
 ctest --test-dir "$build" --output-on-failure -j "$jobs" "$@"
 
 if [ "${PLEXUS_TEST_SECOND_BUILD:-1}" != 0 ]; then

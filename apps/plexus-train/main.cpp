@@ -9,8 +9,11 @@
 // that they all run the same config, and the trainer is data parallel (docs/distributed.md). A
 // failure on any rank ends the whole job with a non-zero exit, naming the rank.
 //
-// SIGTERM or SIGINT (a scheduler's notice, Ctrl-C) stops the run after the current step with a
-// checkpoint, all ranks agreeing on the step, and exit status 75; a second signal stops at once.
+// SIGTERM, SIGINT or SIGHUP (a scheduler's notice, Ctrl-C, a closed terminal or ssh session) stops
+// the run after the current step with a checkpoint, all ranks agreeing on the step, and exit
+// status 75; a second signal stops at once. SIGXFSZ is ignored, so a write past the file-size
+// limit is an error naming the file rather than a silent death.
+#include <csignal>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -28,7 +31,7 @@
 
 namespace {
 
-// The exit status of a run stopped by SIGTERM or SIGINT after writing its checkpoint: EX_TEMPFAIL
+// The exit status of a run stopped by SIGTERM, SIGINT or SIGHUP after writing its checkpoint: EX_TEMPFAIL
 // of sysexits.h, "try again later". Distinct from an error (1) and from a process killed by a
 // signal (128 + N, which a shell or mpirun reports when nothing was saved), so a job script, or
 // Slurm's RequeueExit and a Kubernetes podFailurePolicy on exit codes, can requeue exactly the
@@ -39,7 +42,7 @@ const char* const kExitStatusHelp =
     "\nexit status:\n"
     "  0   the run completed\n"
     "  1   an error (the message names it)\n"
-    "  75  SIGTERM or SIGINT stopped the run: every rank finished the same step and a\n"
+    "  75  SIGTERM, SIGINT or SIGHUP stopped the run: every rank finished the same step and a\n"
     "      checkpoint of it was written; continue with --resume latest. A second signal\n"
     "      stops at once, without one (status 128 + the signal, 143 for SIGTERM).\n"
     "      mpirun signals the ranks and kills them after odls_base_sigkill_timeout\n"
@@ -62,6 +65,10 @@ boost::json::value agreement(const boost::json::value& run_config, const plexus:
 
 int main(int argc, char** argv) {
   namespace po = plexus::cli::po;
+  // A write past the file-size limit (ulimit -f) would kill the process by SIGXFSZ, without a
+  // word; ignored, write() fails with EFBIG instead and the checkpoint writer names the file and
+  // the limit, and keeps the checkpoints already written.
+  std::signal(SIGXFSZ, SIG_IGN);
   plexus::device::retain_freed_host_memory();  // steps reuse one heap instead of faulting pages in
   // Declared outside the guarded body, in this order, so a failure can still abort the job
   // through the runtime before anything it uses is destroyed.

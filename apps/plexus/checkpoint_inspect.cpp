@@ -202,8 +202,42 @@ Totals totals_of(const std::vector<Row>& rows) {
   return t;
 }
 
+// What verify_checkpoint found, per file, for a person: "model.safetensors: 12 tensors verified
+// (checksums match, values finite)", or each problem.
+std::string verification_text(const ck::CheckpointCheck& check) {
+  std::string text = "\nverification (--verify):\n";
+  for (const ck::FileCheck& f : check.files) {
+    text += "  " + f.file.filename().string() + ": " + std::to_string(f.tensors) + " tensors, ";
+    text += f.has_checksums
+                ? std::string("checksums (XXH64) and values checked")
+                : std::string("values checked; no checksums recorded (written before Plexus recorded them)");
+    text += f.problems.empty() ? ": all good\n" : ": " + std::to_string(f.problems.size()) + " bad\n";
+    for (const std::string& p : f.problems) text += "    " + p + "\n";
+  }
+  for (const std::string& c : check.consistency) text += "  " + c + "\n";
+  text +=
+      check.ok() ? "  the checkpoint is intact\n" : "  the checkpoint is DAMAGED: plexus-train refuses it\n";
+  return text;
+}
+
+boost::json::object verification_json(const ck::CheckpointCheck& check) {
+  boost::json::array files;
+  for (const ck::FileCheck& f : check.files) {
+    boost::json::array problems;
+    for (const std::string& p : f.problems) problems.emplace_back(p);
+    files.push_back(boost::json::object{{"file", f.file.string()},
+                                        {"tensors", f.tensors},
+                                        {"has_checksums", f.has_checksums},
+                                        {"problems", std::move(problems)}});
+  }
+  boost::json::array consistency;
+  for (const std::string& c : check.consistency) consistency.emplace_back(c);
+  return {{"ok", check.ok()}, {"files", std::move(files)}, {"consistency", std::move(consistency)}};
+}
+
 void print_json(const ck::LoadedCheckpoint& loaded, const Decoder& decoder, const std::vector<Row>& rows,
-                const Totals& model, const Totals& optimizer, std::ostream& out) {
+                const Totals& model, const Totals& optimizer, std::ostream& out,
+                const ck::CheckpointCheck* check) {
   boost::json::array tensors;
   for (const Row& row : rows) {
     boost::json::array shape(row.shape.begin(), row.shape.end());
@@ -240,11 +274,13 @@ void print_json(const ck::LoadedCheckpoint& loaded, const Decoder& decoder, cons
   const boost::json::value* config = state_of(loaded).if_contains("config");
   document["config"] = config != nullptr ? *config : boost::json::value(nullptr);
   document["decoder"] = decoder_json(decoder);
+  if (check != nullptr) document["verification"] = verification_json(*check);
   out << json_text(document, 2) << "\n";
 }
 
 void print_text(const ck::LoadedCheckpoint& loaded, const Decoder& decoder, const std::vector<Row>& rows,
-                const Totals& model, const Totals& optimizer, std::ostream& out) {
+                const Totals& model, const Totals& optimizer, std::ostream& out,
+                const ck::CheckpointCheck* check) {
   // One "label  value" line each: the directory, the step, the rest of the state, the model.
   std::vector<std::pair<std::string, std::string>> lines{
       {"checkpoint", loaded.dir.string()},
@@ -288,20 +324,21 @@ void print_text(const ck::LoadedCheckpoint& loaded, const Decoder& decoder, cons
       << ck::kOptimizerFile << ": " << loaded.optimizer.size() << " tensors, " << optimizer.parameters
       << " elements, " << optimizer.bytes << " bytes of tensors (file "
       << file_bytes(loaded.dir / ck::kOptimizerFile) << " bytes)\n";
+  if (check != nullptr) out << verification_text(*check);
 }
 
 }  // namespace
 
 void print_inspection(const ck::LoadedCheckpoint& loaded, bool json, const PluginLoadOptions& plugins,
-                      std::ostream& out) {
+                      std::ostream& out, const ck::CheckpointCheck* check) {
   const Decoder decoder = decoder_of(loaded, plugins);
   const std::vector<Row> rows = rows_of(loaded.model);
   const Totals model = totals_of(rows);
   const Totals optimizer = totals_of(rows_of(loaded.optimizer));
   if (json)
-    print_json(loaded, decoder, rows, model, optimizer, out);
+    print_json(loaded, decoder, rows, model, optimizer, out, check);
   else
-    print_text(loaded, decoder, rows, model, optimizer, out);
+    print_text(loaded, decoder, rows, model, optimizer, out, check);
 }
 
 }  // namespace plexus::cli

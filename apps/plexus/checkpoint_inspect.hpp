@@ -15,8 +15,9 @@ namespace plexus::cli {
 // optimizer file's count and bytes. The JSON adds the whole run config and the decoder. A stack
 // that cannot be loaded or planned leaves the decoder described as unknown, saying why; the tensors
 // are printed all the same. The checkpoint was validated when loaded (COMPLETE present, sizes as
-// recorded).
+// recorded). With `check` (inspect --verify), what verify_checkpoint found is printed too: per
+// file, the tensors checked and whether by checksum, and every problem ("verification" in JSON).
 void print_inspection(const checkpoint::LoadedCheckpoint& loaded, bool json, const PluginLoadOptions& plugins,
-                      std::ostream& out);
+                      std::ostream& out, const checkpoint::CheckpointCheck* check = nullptr);
 
 }  // namespace plexus::cli

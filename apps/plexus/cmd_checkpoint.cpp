@@ -3,6 +3,7 @@
 // checkpoint_convert.cpp (the pairing of layers: checkpoint_rename.cpp).
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 namespace ck = checkpoint;
 
-constexpr const char* kHelp = R"(usage: plexus checkpoint inspect DIR [--json] [--plugin-path DIR]...
+constexpr const char* kHelp =
+    R"(usage: plexus checkpoint inspect DIR [--json] [--verify] [--plugin-path DIR]...
        plexus checkpoint convert SRC DST --direction gpt-to-hybrid|hybrid-to-gpt
                                  [--hybrid-layer-pattern PATTERN] [--plugin-path DIR]...
 
@@ -33,6 +35,12 @@ inspect: the step and the rest of state.json (data position, ...), the model (it
          optimizer file's tensor count and bytes. --json prints all of it, the whole run config
          and the decoder's layers included. A stack that cannot be loaded leaves the decoder
          "unknown", saying why; the tensors are listed all the same.
+         --verify also reads every tensor: its bytes against the checksum recorded when it
+         was written, its values for NaN and infinities; and the files against each other
+         (the step in state.json and in each file, the tensor counts). It prints what it
+         checked and exits with status 1 naming every bad tensor and file when anything is
+         wrong (plexus-train verifies the same before it resumes, and refuses such a
+         checkpoint). Without --verify, inspect shows a damaged checkpoint as it is.
 
 convert: writes SRC as a new checkpoint DST in another decoder layout of the same layers,
          paired as Megatron-LM's tools/checkpoint/gpt_hybrid_conversion.py pairs them, by layer
@@ -49,6 +57,7 @@ convert: writes SRC as a new checkpoint DST in another decoder layout of the sam
          replaced; DST appears complete or not at all).
 
   plexus checkpoint inspect runs/gpt/checkpoints/step_00000500
+  plexus checkpoint inspect --verify runs/gpt
   plexus checkpoint convert runs/gpt/checkpoints/step_00000500 runs/hybrid-start --direction gpt-to-hybrid
   plexus-train --config gpt.json --set 'model.pattern=*-*-*-*-' --set model.num_layers=8 --resume runs/hybrid-start
 )";
@@ -80,14 +89,25 @@ fs::path resolve_checkpoint(const fs::path& dir) {
   return dir;  // load_checkpoint says what is wrong with it
 }
 
-int inspect(const std::vector<std::string>& paths, bool json, const PluginOptions& plugins) {
+int inspect(const std::vector<std::string>& paths, bool json, bool verify, const PluginOptions& plugins) {
   if (paths.size() != 1) {
     std::cerr << "plexus checkpoint: error: inspect takes one directory\n\n" << kHelp;
     return 1;
   }
-  print_inspection(ck::load_checkpoint(resolve_checkpoint(paths[0])), json,
-                   {plugins.dirs(), plugins.allow_world_writable}, std::cout);
-  return 0;
+  // Loaded as it is, so that a damaged checkpoint can still be looked at; --verify then reports
+  // every problem rather than the load stopping at the first file.
+  const ck::LoadedCheckpoint loaded =
+      ck::load_checkpoint(resolve_checkpoint(paths[0]), ck::ReadMode::map, ck::Verify::structure);
+  std::optional<ck::CheckpointCheck> check;
+  if (verify) check = ck::verify_checkpoint(loaded);
+  print_inspection(loaded, json, {plugins.dirs(), plugins.allow_world_writable}, std::cout,
+                   check ? &*check : nullptr);
+  if (!check || check->ok()) return 0;
+  const std::vector<std::string> problems = check->problems();
+  std::cerr << "plexus checkpoint: error: " << loaded.dir.string() << " failed verification ("
+            << problems.size() << (problems.size() == 1 ? " problem" : " problems") << "):\n";
+  for (const std::string& p : problems) std::cerr << "  " << p << "\n";
+  return 1;
 }
 
 int convert(const std::vector<std::string>& paths, const std::string& direction, const std::string& pattern,
@@ -128,10 +148,13 @@ int checkpoint_command(const std::vector<std::string>& args) {
     std::string action, direction, pattern;
     std::vector<std::string> paths;
     bool json = false;
+    bool verify = false;
     bool help = false;
     po::options_description options("options");
     options.add_options()("json", po::bool_switch(&json), "inspect: print JSON")(
-        "direction", po::value(&direction), "convert: gpt-to-hybrid or hybrid-to-gpt")(
+        "verify", po::bool_switch(&verify),
+        "inspect: verify every tensor (checksum, finite values) and the files' agreement; exit 1 naming what "
+        "is bad")("direction", po::value(&direction), "convert: gpt-to-hybrid or hybrid-to-gpt")(
         "hybrid-layer-pattern", po::value(&pattern),
         "convert: the destination's pattern (gpt-to-hybrid; default \"*-\" x L), or the source's, checked "
         "(hybrid-to-gpt)")("help,h", po::bool_switch(&help), "this help");
@@ -149,7 +172,7 @@ int checkpoint_command(const std::vector<std::string>& args) {
       std::cout << kHelp << "\n" << options;
       return 0;
     }
-    if (action == "inspect") return inspect(paths, json, plugin_options);
+    if (action == "inspect") return inspect(paths, json, verify, plugin_options);
     if (action == "convert") return convert(paths, direction, pattern, plugin_options);
     std::cerr << "plexus checkpoint: error: expected 'inspect' or 'convert'\n\n" << kHelp;
     return 1;

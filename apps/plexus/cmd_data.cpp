@@ -14,6 +14,9 @@
 // - With --tokenizer the tokenizer.json is copied beside the dataset as PREFIX.tokenizer.json,
 //   so the dataset carries what decodes it (plexus data inspect uses it; data.tokenizer may
 //   name it). Preparing a byte dataset removes a PREFIX.tokenizer.json left by an earlier one.
+// - The tokenizer's fingerprint goes to PREFIX.tokenizer-fingerprint.json (with the byte tokenizer
+//   too), tied to the .idx by its hash: plexus-train refuses a data.tokenizer that is not the
+//   tokenizer the dataset was prepared with, even one of the same size (tokenizer_fingerprint.hpp).
 // - Any error leaves no output behind: the writer works on temporary files and renames them
 //   only at the end.
 #include <algorithm>
@@ -33,9 +36,11 @@
 
 #include "plexus/cli.hpp"
 #include "plexus/commands.hpp"
+#include "plexus/core/checkpoint/atomic_file.hpp"
 #include "plexus/core/data/bpe_tokenizer.hpp"
 #include "plexus/core/data/indexed_dataset.hpp"
 #include "plexus/core/data/tokenizer.hpp"
+#include "plexus/core/data/tokenizer_fingerprint.hpp"
 #include "plexus/text_corpus.hpp"
 
 namespace plexus::cli {
@@ -54,7 +59,8 @@ prepare: tokenizes UTF-8 text files into PREFIX.bin and PREFIX.idx, Megatron-LM'
          has one (<|endoftext|>, <|end_of_text|>, </s>, ...), is appended to every document
          (--eod TOKEN picks another, --no-eod none) and the file is copied to
          PREFIX.tokenizer.json. The dtype is uint16 for a vocabulary under 65500, else int32
-         (Megatron's rule), unless --dtype says otherwise.
+         (Megatron's rule), unless --dtype says otherwise. PREFIX.tokenizer-fingerprint.json
+         records which tokenizer it was (plexus-train refuses a data.tokenizer that is not it).
          Each file is split into documents at blank lines (paragraphs), or is one document
          with --document-per-file. Directories are walked recursively in sorted order;
          names that start with '.' are skipped, and so are non-regular entries and binary
@@ -165,7 +171,8 @@ int prepare(const std::vector<std::string>& args) {
 
   const fs::path prefix(output_prefix);
   std::set<fs::path> outputs;
-  for (const fs::path& file : {data::bin_path(prefix), data::idx_path(prefix), tokenizer_sidecar(prefix)}) {
+  for (const fs::path& file : {data::bin_path(prefix), data::idx_path(prefix), tokenizer_sidecar(prefix),
+                               data::fingerprint_path(prefix)}) {
     std::error_code ec;
     const fs::path canonical = fs::weakly_canonical(file, ec);
     outputs.insert(ec ? fs::absolute(file) : canonical);
@@ -195,6 +202,15 @@ int prepare(const std::vector<std::string>& args) {
   } else {
     fs::remove(tokenizer_sidecar(prefix), ec);  // an earlier dataset's; it does not describe this one
   }
+  // The tokenizer's fingerprint, tied to the .idx just written, so that plexus-train can refuse
+  // another tokenizer of the same size (tokenizer_fingerprint.hpp). Written atomically; should
+  // it fail, a record of an earlier dataset under this prefix no longer matches the new .idx
+  // and is ignored with a warning.
+  {
+    const data::MappedFile idx(data::idx_path(prefix));
+    checkpoint::write_file_atomically(data::fingerprint_path(prefix),
+                                      data::fingerprint_record(*tokenizer, tokenizer_file, idx.bytes()));
+  }
   std::string tokenizer_text = "byte tokenizer, vocabulary 256";
   if (!tokenizer_file.empty()) {
     tokenizer_text = "BPE " + tokenizer_file + ", vocabulary " + std::to_string(vocab);
@@ -206,15 +222,16 @@ int prepare(const std::vector<std::string>& args) {
   char rate[64];
   std::snprintf(rate, sizeof rate, "%.2f s, %.1f MB/s", seconds,
                 seconds > 0 ? static_cast<double>(stats.text_bytes) / seconds / 1e6 : 0.0);
-  std::cout << "plexus data prepare: wrote " << data::bin_path(prefix).string() << " and "
-            << data::idx_path(prefix).string() << (sidecar ? " and " + tokenizer_sidecar(prefix).string() : "") << "\n"
+  std::cout << "plexus data prepare: wrote " << data::bin_path(prefix).string() << ", "
+            << data::idx_path(prefix).string() << (sidecar ? ", " + tokenizer_sidecar(prefix).string() : "")
+            << " and " << data::fingerprint_path(prefix).string() << "\n"
             << "  files:      " << stats.files_read << " read, " << stats.skipped << " skipped\n"
             << "  documents:  " << writer.document_count()
             << (corpus.document_per_file ? " (one per file)" : " (paragraphs)") << "\n"
             << "  tokens:     " << writer.token_count() << " (" << tokenizer_text << "; dtype "
             << data::dtype_name(*dtype) << ")\n"
-            << "  bytes:      " << writer.bin_bytes() << " in .bin, " << writer.idx_bytes() << " in .idx (from "
-            << stats.text_bytes << " bytes of text)\n"
+            << "  bytes:      " << writer.bin_bytes() << " in .bin, " << writer.idx_bytes()
+            << " in .idx (from " << stats.text_bytes << " bytes of text)\n"
             << "  reading and encoding: " << rate << "\n";
   return 0;
 }

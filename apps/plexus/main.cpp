@@ -1,4 +1,5 @@
 // `plexus`: the tool for inspecting plugins and configs.
+#include <csignal>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -33,6 +34,9 @@ commands:
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write past the file-size limit (ulimit -f: a dataset, a converted checkpoint) fails with
+  // EFBIG, which the writers report naming the file, instead of killing the process silently.
+  std::signal(SIGXFSZ, SIG_IGN);
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << kUsage;

@@ -2,13 +2,10 @@
 #include "plexus/text_corpus.hpp"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "plexus/core/data/indexed_dataset.hpp"
+#include "plexus/core/regular_file.hpp"
 
 namespace plexus::cli {
 
@@ -99,16 +96,14 @@ std::string binary_reason(std::string_view text) {
   return "";
 }
 
+// Opened without blocking: an input that became a FIFO after collect_inputs checked it is
+// refused, not waited on.
 std::string read_file(const fs::path& file) {
-  errno = 0;
-  std::ifstream in(file, std::ios::binary);
-  if (!in)
-    throw DataError(file.string(),
-                    "cannot read " + file.string() + ": " + std::strerror(errno != 0 ? errno : EIO));
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) throw DataError(file.string(), "cannot read " + file.string() + ": read error");
-  return std::move(contents).str();
+  try {
+    return read_regular_file(file);
+  } catch (const FileReadError& e) {
+    throw DataError(file.string(), "cannot read " + file.string() + ": " + e.what());
+  }
 }
 
 // ------------------------------------------------------------------------ input files ---

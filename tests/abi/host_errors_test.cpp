@@ -6,7 +6,13 @@
 // ends by loading and running the good C plugin in the same host). A component that fails at run
 // time must surface as a ComponentCallError instead of taking the process down.
 
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fstream>
+#include <initializer_list>
+#include <string_view>
 
 #include "abi_fixtures.hpp"
 
@@ -163,5 +169,101 @@ BOOST_AUTO_TEST_CASE(world_writable_directory_is_refused_unless_allowed) {
   BOOST_TEST(mentions_any(message, {"allow_world_writable", "allow-world-writable"}), message);
 
   host.load(file, plexus::LoadOptions{.allow_world_writable = true});
+  expect_host_still_works(host);
+}
+
+// The checks hold for the path as the kernel resolves it, not only for the names given: a link
+// from a safe directory into a world-writable one, a safe directory inside a world-writable one,
+// and files or directories another user owns could all be swapped for other code by that user.
+namespace {
+
+constexpr auto kMode0777 = static_cast<fs::perms>(0777);
+constexpr auto kMode1777 = static_cast<fs::perms>(01777);
+
+// The uid of `nobody`: another user than the one running the tests.
+uid_t other_uid() {
+  const struct passwd* pw = ::getpwnam("nobody");
+  return pw != nullptr ? pw->pw_uid : 65534;
+}
+
+void expect_refused_then_allowed(const fs::path& file, std::initializer_list<std::string_view> words) {
+  plexus::PluginHost host;
+  const std::string message = refusal(host, file);
+  for (const std::string_view word : words) BOOST_TEST(mentions(message, std::string(word)), message);
+  BOOST_TEST(mentions_any(message, {"allow_world_writable", "allow-world-writable"}), message);
+  host.load(file, plexus::LoadOptions{.allow_world_writable = true});
+  expect_host_still_works(host);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_symlink_into_a_world_writable_directory_is_refused) {
+  TempDir dir;  // 0700, as the plugin directory a job names
+  const fs::path open_dir = dir.path() / "open";
+  fs::create_directory(open_dir);
+  fs::permissions(open_dir, kMode0777, fs::perm_options::replace);  // world-writable, not sticky
+  const fs::path real = abi_test::copy_fixture("fixture_c_layer", open_dir, kMode0755);
+  const fs::path plugins = dir.path() / "plugins";
+  fs::create_directory(plugins);
+  // The file link: its own directory is safe, the file it leads to is not.
+  const fs::path link = plugins / real.filename();
+  fs::create_symlink(real, link);
+  expect_refused_then_allowed(link, {open_dir.string(), "writable by others", real.string()});
+  // A directory link: the plugin directory itself is a link into the open one.
+  const fs::path linked_dir = dir.path() / "linked";
+  fs::create_directory_symlink(open_dir, linked_dir);
+  expect_refused_then_allowed(linked_dir / real.filename(), {open_dir.string(), "writable by others"});
+}
+
+BOOST_AUTO_TEST_CASE(a_world_writable_ancestor_directory_is_refused) {
+  TempDir dir;
+  const fs::path open_dir = dir.path() / "shared";
+  const fs::path plugins = open_dir / "team" / "plugins";
+  fs::create_directories(plugins);
+  const fs::path file = abi_test::copy_fixture("fixture_c_layer", plugins, kMode0755);
+  // Two levels up: the plugin's own directory is 0755, but anyone may rename "team" away.
+  fs::permissions(open_dir, kMode0777, fs::perm_options::replace);
+  expect_refused_then_allowed(
+      file, {"the directory '" + open_dir.string() + "' on its path is writable by others"});
+  // Sticky, as /tmp: others may not rename our entries, and the plugin loads.
+  fs::permissions(open_dir, kMode1777, fs::perm_options::replace);
+  plexus::PluginHost host;
+  host.load(file);
+  expect_host_still_works(host);
+}
+
+BOOST_AUTO_TEST_CASE(a_file_or_directory_of_another_user_is_refused) {
+  if (::geteuid() != 0) {
+    BOOST_TEST_MESSAGE("skipped: giving a file to another user needs root");
+    return;
+  }
+  TempDir dir;
+  // In a sticky world-writable directory, like /tmp: another user's file there has safe modes and a
+  // safe directory, but that user can replace its content at will.
+  const fs::path tmp_like = dir.path() / "tmp";
+  fs::create_directory(tmp_like);
+  fs::permissions(tmp_like, kMode1777, fs::perm_options::replace);
+  const fs::path file = abi_test::copy_fixture("fixture_c_layer", tmp_like, kMode0755);
+  BOOST_TEST_REQUIRE(::chown(file.c_str(), other_uid(), static_cast<gid_t>(-1)) == 0);
+  expect_refused_then_allowed(file, {"the file belongs to", "uid " + std::to_string(other_uid())});
+  // Our file in a directory another user owns (and so may empty and refill).
+  const fs::path theirs = dir.path() / "theirs";
+  fs::create_directory(theirs);
+  const fs::path ours = abi_test::copy_fixture("fixture_c_layer", theirs, kMode0755);
+  BOOST_TEST_REQUIRE(::chown(theirs.c_str(), other_uid(), static_cast<gid_t>(-1)) == 0);
+  expect_refused_then_allowed(ours, {"its directory '" + theirs.string() + "' belongs to"});
+  // Another user's link planted in the sticky directory, leading to a good plugin.
+  const fs::path good_dir = dir.path() / "good";
+  fs::create_directory(good_dir);
+  const fs::path good = abi_test::copy_fixture("fixture_c_layer", good_dir, kMode0755);
+  const fs::path planted = tmp_like / "libplexus_planted.so";
+  fs::create_symlink(good, planted);
+  BOOST_TEST_REQUIRE(::lchown(planted.c_str(), other_uid(), static_cast<gid_t>(-1)) == 0);
+  expect_refused_then_allowed(planted, {"the symbolic link '" + planted.string() + "'"});
+  // The same link made by us loads.
+  fs::remove(planted);
+  fs::create_symlink(good, planted);
+  plexus::PluginHost host;
+  host.load(planted);
   expect_host_still_works(host);
 }

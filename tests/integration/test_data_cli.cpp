@@ -215,7 +215,8 @@ BOOST_AUTO_TEST_CASE(prepare_errors_leave_nothing_behind) {
   BOOST_TEST(read_bytes(out / "ds.bin") == bin_before);
   std::size_t files = 0;
   for ([[maybe_unused]] const auto& entry : fs::directory_iterator(out)) ++files;
-  BOOST_TEST(files == 2u);  // no temporary files left
+  BOOST_TEST(files == 3u);  // .bin, .idx, .tokenizer-fingerprint.json: no temporary files left
+  BOOST_TEST(fs::exists(out / "ds.tokenizer-fingerprint.json"));
 }
 
 BOOST_AUTO_TEST_CASE(inspect_errors) {

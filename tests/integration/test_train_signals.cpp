@@ -1,5 +1,6 @@
 // plexus-train stopped by real signals sent from outside while it trains, as a scheduler or a
-// user at a terminal does: SIGTERM and SIGINT finish the step, write a checkpoint and exit 75,
+// user at a terminal does: SIGTERM, SIGINT and SIGHUP (also with its output pipe closed, as a
+// dropped ssh session leaves it) finish the step, write a checkpoint and exit 75,
 // and the run resumed from it continues bit-identically; a second signal ends the process at
 // once, by that signal, leaving only complete checkpoints; a signal during start-up ends it
 // before anything is written.
@@ -7,7 +8,10 @@
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -134,6 +138,74 @@ BOOST_AUTO_TEST_CASE(sigint_writes_a_checkpoint_and_exits_75) {
   run.stop_with(SIGINT, "SIGINT");
 }
 
+BOOST_AUTO_TEST_CASE(sighup_writes_a_checkpoint_and_exits_75) {
+  // A closed terminal or ssh session: SIGHUP's default action would end the run without one.
+  SignalledRun run;
+  run.stop_with(SIGHUP, "SIGHUP");
+}
+
+BOOST_AUTO_TEST_CASE(sighup_with_its_output_pipe_closed_still_writes_the_checkpoint) {
+  // What a dropped ssh session does to a run started in it: SIGHUP, and the pipe its output went
+  // to has no reader any more. Every later write to it would raise SIGPIPE and end the process
+  // before the checkpoint, so after SIGHUP it is ignored (the writes fail with EPIPE).
+  plexus::test::TrainCorpus corpus;
+  const std::filesystem::path out = corpus.dir.path() / "run";
+  int pipe_fds[2];
+  BOOST_TEST_REQUIRE(::pipe(pipe_fds) == 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::dup2(pipe_fds[1], STDOUT_FILENO);
+    ::dup2(pipe_fds[1], STDERR_FILENO);
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    const std::string command = "exec " + corpus.train(out.string(), kEndless);
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(pipe_fds[1]);
+  std::string output;
+  // Reads what the run writes until `until` appears (or the deadline passes).
+  const auto read_until = [&](const std::string& until) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (output.find(until) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd fd{pipe_fds[0], POLLIN, 0};
+      if (::poll(&fd, 1, 100) <= 0) continue;
+      char buffer[4096];
+      const ssize_t n = ::read(pipe_fds[0], buffer, sizeof buffer);
+      if (n <= 0) break;
+      output.append(buffer, static_cast<std::size_t>(n));
+    }
+    return output.find(until) != std::string::npos;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (steps_recorded(out / "metrics.jsonl") < 3 && std::chrono::steady_clock::now() < deadline)
+    read_until("\n");  // keep the pipe drained while it starts
+  BOOST_TEST_REQUIRE(steps_recorded(out / "metrics.jsonl") >= 3, output);
+  BOOST_TEST_REQUIRE(::kill(pid, SIGHUP) == 0);
+  // The acknowledgement is written by the handler once SIGPIPE is ignored: from then on the
+  // reader may go.
+  BOOST_TEST(read_until("SIGHUP received: finishing the current step"), output);
+  ::close(pipe_fds[0]);
+  int raw = 0;
+  const auto wait_deadline = std::chrono::steady_clock::now() + kStopWithin;
+  pid_t done = 0;
+  while ((done = ::waitpid(pid, &raw, WNOHANG)) == 0 && std::chrono::steady_clock::now() < wait_deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (done == 0) {
+    ::kill(-pid, SIGKILL);
+    ::waitpid(pid, &raw, 0);
+  }
+  BOOST_TEST_REQUIRE(done == pid, "still running after the signal");
+  BOOST_TEST(WIFEXITED(raw), "killed by signal " << (WIFSIGNALED(raw) ? WTERMSIG(raw) : 0) << "\n" << output);
+  BOOST_TEST(WEXITSTATUS(raw) == 75);
+  const auto interrupted = records(out / "metrics.jsonl", "interrupted");
+  BOOST_TEST_REQUIRE(interrupted.size() == 1U);
+  BOOST_TEST(interrupted[0].at("signal").as_string() == "SIGHUP");
+  const int64_t step = interrupted[0].at("step").as_int64();
+  BOOST_TEST(checkpoint_steps(out) == std::vector<int64_t>{step}, boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(a_second_signal_stops_at_once_leaving_only_complete_checkpoints) {
   // A checkpoint every step, so that the second signal often lands in the middle of a write.
   std::unique_ptr<SignalledRun> attempt;
@@ -194,6 +266,7 @@ BOOST_AUTO_TEST_CASE(a_signal_during_start_up_ends_the_process_before_anything_i
 BOOST_AUTO_TEST_CASE(the_help_documents_the_exit_status) {
   const auto help = run_process(plexus::test::kBin + "plexus-train --help");
   BOOST_TEST_REQUIRE(help.status == 0, help.output);
-  BOOST_TEST(help.output.find("75  SIGTERM or SIGINT stopped the run") != std::string::npos, help.output);
+  BOOST_TEST(help.output.find("75  SIGTERM, SIGINT or SIGHUP stopped the run") != std::string::npos,
+             help.output);
   BOOST_TEST(help.output.find("odls_base_sigkill_timeout") != std::string::npos, help.output);
 }

@@ -1,6 +1,7 @@
 // Rewriting one safetensors file of a finished checkpoint directory, as a conversion tool would:
-// the tensors and metadata are edited in memory, the file is written again and the COMPLETE
-// marker's record of its size updated, so the checkpoint still loads as a whole. Tests use it to
+// the tensors and metadata are edited in memory, the file is written again (with fresh checksums)
+// and the COMPLETE marker's record of its size and tensor count updated, so the checkpoint still
+// loads as a whole. Tests use it to
 // build checkpoints in older layouts and damaged ones.
 #pragma once
 
@@ -62,6 +63,8 @@ inline void rewrite_checkpoint_file(const std::filesystem::path& dir, const std:
   std::ifstream in(marker_path);
   boost::json::value marker = boost::json::parse(std::string(std::istreambuf_iterator<char>(in), {}));
   marker.at("files").as_object()[file] = writer.file_size();
+  if (auto* tensors = marker.as_object().if_contains("tensors"))  // recorded since checkpoints are verified
+    tensors->as_object()[file] = writer.tensor_count();
   std::ofstream(marker_path) << boost::json::serialize(marker) << '\n';
 }
 

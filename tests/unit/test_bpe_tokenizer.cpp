@@ -696,3 +696,32 @@ BOOST_AUTO_TEST_CASE(damaged_copies_load_consistently_or_are_refused_naming_the_
   BOOST_TEST(loaded > 50);
   BOOST_TEST(refused > 1000);
 }
+
+// The fingerprint plexus-train compares with the one recorded beside a dataset: the same for the
+// same encoding however the file spells it, different for anything that changes an id.
+BOOST_AUTO_TEST_CASE(the_fingerprint_follows_the_encoding_not_the_files_spelling) {
+  const json::object doc = tokenizer_json({"ab", "abc"}, {"a b", "ab c"},
+                                          json::array{added_token(258, "<|endoftext|>", true, false)});
+  const std::string fingerprint = load(doc).fingerprint();
+  BOOST_TEST(fingerprint.starts_with("bpe:xxh64:"));
+  BOOST_TEST(fingerprint.size() == 10U + 16U);
+  BOOST_TEST(plexus::data::ByteTokenizer().fingerprint() == "byte");
+  // The same tokenizer: merges as pairs, the file rewritten in another layout and key order.
+  json::object pairs = doc;
+  pairs["model"].as_object()["merges"] = json::array{json::array{"a", "b"}, json::array{"ab", "c"}};
+  BOOST_TEST(load(pairs).fingerprint() == fingerprint);
+  BOOST_TEST(BpeTokenizer::from_json(load(doc).to_json(), "rewritten.json").fingerprint() == fingerprint);
+  json::object reordered;
+  for (auto it = doc.rbegin(); it != doc.rend(); ++it) reordered[it->key()] = it->value();
+  BOOST_TEST(load(reordered).fingerprint() == fingerprint);
+  // Other tokenizers: the merges in another order, another token, an added token no longer special.
+  BOOST_TEST(load(tokenizer_json({"ab", "abc"}, {"ab c", "a b"},
+                                 json::array{added_token(258, "<|endoftext|>", true, false)}))
+                 .fingerprint() != fingerprint);
+  BOOST_TEST(load(tokenizer_json({"ab", "abd"}, {"a b", "ab d"},
+                                 json::array{added_token(258, "<|endoftext|>", true, false)}))
+                 .fingerprint() != fingerprint);
+  BOOST_TEST(load(tokenizer_json({"ab", "abc"}, {"a b", "ab c"},
+                                 json::array{added_token(258, "<|endoftext|>", false, false)}))
+                 .fingerprint() != fingerprint);
+}

@@ -376,10 +376,11 @@ BOOST_AUTO_TEST_CASE(opening_a_missing_or_non_regular_file_names_it) {
   BOOST_CHECK_EXCEPTION((void)ck::SafetensorsFile::open(dir.path() / "none.safetensors"), CheckpointError,
                         [&](const CheckpointError& e) {
                           return e.file() == (dir.path() / "none.safetensors").string() &&
-                                 contains(e.problem(), "cannot open: No such file or directory");
+                                 e.problem() == "no such file";
                         });
-  BOOST_CHECK_EXCEPTION((void)ck::SafetensorsFile::open(dir.path()), CheckpointError,
-                        [](const CheckpointError& e) { return e.problem() == "not a regular file"; });
+  BOOST_CHECK_EXCEPTION(
+      (void)ck::SafetensorsFile::open(dir.path()), CheckpointError,
+      [](const CheckpointError& e) { return e.problem() == "a directory, not a regular file"; });
   const fs::path empty = dir.path() / "empty.safetensors";
   write_bytes(empty, {});
   for (const auto mode : {ck::ReadMode::map, ck::ReadMode::read})

@@ -1,5 +1,6 @@
 // Atomic file replacement: temporary file, fsync, rename, fsync of the directory.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -77,15 +78,39 @@ std::pair<std::filesystem::path, int> create_temp(const std::filesystem::path& t
   throw CheckpointError(target, "cannot create the temporary file " + temp.string() + ": " + errno_text(error));
 }
 
+// Why a write failed, for the message. EFBIG is the file-size limit (RLIMIT_FSIZE, `ulimit -f`) in
+// all likelihood: it is named with its value, or the user would look for a full disk.
+std::string write_problem(int error, std::uint64_t at) {
+  std::string text = "cannot write: " + errno_text(error);
+  if (error == EFBIG) {
+    text += " at byte " + std::to_string(at);
+    struct rlimit limit {};
+    if (::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+      text +=
+          ": the file-size limit of this process (ulimit -f) is " + std::to_string(limit.rlim_cur) + " bytes";
+  }
+  return text;
+}
+
 }  // namespace
 
 void FileSink::write(std::span<const std::byte> bytes) {
   while (!bytes.empty()) {
     const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw CheckpointError(target_, "cannot write: " + errno_text(errno));
+    if (n < 0) throw CheckpointError(target_, write_problem(errno, written_));
     bytes = bytes.subspan(static_cast<std::size_t>(n));
     written_ += static_cast<std::uint64_t>(n);
+  }
+}
+
+void FileSink::write_at(std::uint64_t offset, std::span<const std::byte> bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::pwrite(fd_, bytes.data(), bytes.size(), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw CheckpointError(target_, write_problem(errno, offset));
+    bytes = bytes.subspan(static_cast<std::size_t>(n));
+    offset += static_cast<std::uint64_t>(n);
   }
 }
 

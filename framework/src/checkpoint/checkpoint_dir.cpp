@@ -12,8 +12,6 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -23,6 +21,7 @@
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "plexus/core/json_text.hpp"
 #include "plexus/core/logging.hpp"
+#include "plexus/core/regular_file.hpp"
 
 namespace plexus::checkpoint {
 
@@ -128,12 +127,13 @@ void remove_tree(const fs::path& path) {
   if (ec) throw CheckpointError(path, "cannot remove: " + ec.message());
 }
 
+// A small file of the checkpoint (COMPLETE, state.json), never waiting on a FIFO put in its place.
 std::string read_text(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw CheckpointError(file, "cannot open: " + errno_text(errno));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw CheckpointError(file, "cannot read");
-  return text;
+  try {
+    return read_regular_file(file);
+  } catch (const FileReadError& e) {
+    throw CheckpointError(file, e.what());
+  }
 }
 
 std::uint64_t size_of(const fs::path& file) {
@@ -232,7 +232,11 @@ class CheckpointFiles {
     // later damage is detected on load.
     boost::json::object files;
     for (const char* name : {kModelFile, kOptimizerFile, kStateFile}) files[name] = size_of(into / name);
-    const boost::json::object marker{{"format", "plexus-checkpoint-1"}, {"step", step}, {"files", std::move(files)}};
+    // The tensor counts too, checked against the files' headers when the checkpoint is verified.
+    const boost::json::object tensors{{kModelFile, model_.tensor_count()},
+                                      {kOptimizerFile, optimizer_.tensor_count()}};
+    const boost::json::object marker{
+        {"format", "plexus-checkpoint-1"}, {"step", step}, {"files", std::move(files)}, {"tensors", tensors}};
     write_file_atomically(into / kCompleteMarker, boost::json::serialize(marker) + "\n");
   }
 
@@ -240,6 +244,23 @@ class CheckpointFiles {
   SafetensorsWriter model_;
   SafetensorsWriter optimizer_;
 };
+
+// Writes the files into the partial directory; a failure (a full disk, the file-size limit) is
+// reported for the checkpoint it was to become, saying that nothing replaced what was there: the
+// partial directory is removed, so naming only it would point at a file that no longer exists.
+void write_or_explain(const CheckpointFiles& files, const fs::path& partial, const fs::path& final_dir,
+                      std::int64_t step, const boost::json::value& state) {
+  try {
+    files.write_into(partial, step, state);
+  } catch (const CheckpointError& e) {
+    std::string file = e.file();
+    if (const std::string from = partial.string(); file.starts_with(from))
+      file = final_dir.string() + file.substr(from.size());
+    throw CheckpointError(file, e.problem() + "; the checkpoint of step " + std::to_string(step) +
+                                    " was not written (its partial directory " + partial.string() +
+                                    " is removed) and the checkpoints already there are untouched");
+  }
+}
 
 }  // namespace
 
@@ -253,7 +274,7 @@ void run_checkpoint_fills(std::span<const TensorData> model_tensors, std::span<c
   for (const auto tensors : {model_tensors, optimizer_tensors}) {
     SafetensorsWriter file;
     for (const auto& t : tensors) file.add(t);
-    file.write_to([](std::span<const std::byte>) {});
+    file.write_to([](std::span<const std::byte>) {}, [](std::uint64_t, std::span<const std::byte>) {});
   }
 }
 
@@ -265,8 +286,8 @@ fs::path write_checkpoint(const fs::path& root, std::int64_t step, std::span<con
   const CheckpointFiles files(step, model_tensors, optimizer_tensors, metadata);
   create_directory_durably(root, "cannot create the checkpoint root");
   const PartialDir partial(work_dir(root, step, kPartialTag));
-  files.write_into(partial.path(), step, state);
   const fs::path final_dir = root / checkpoint_dir_name(step);
+  write_or_explain(files, partial.path(), final_dir, step, state);
   publish(partial.path(), final_dir);
   fsync_directory(root);
   return final_dir;
@@ -290,7 +311,7 @@ fs::path create_checkpoint(const fs::path& dir, std::int64_t step, std::span<con
   const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   create_directory_durably(parent, "cannot create the directory");
   const PartialDir partial(parent / ("." + name + std::string(kPartialTag) + std::to_string(::getpid())));
-  files.write_into(partial.path(), step, state);
+  write_or_explain(files, partial.path(), target, step, state);
   publish_new(partial.path(), target);
   fsync_directory(parent);
   return target;
@@ -373,7 +394,57 @@ std::vector<fs::path> prune_checkpoints(const fs::path& root, std::int64_t keep_
   return removed;
 }
 
-LoadedCheckpoint load_checkpoint(const fs::path& dir, ReadMode mode) {
+bool CheckpointCheck::ok() const noexcept {
+  return consistency.empty() &&
+         std::all_of(files.begin(), files.end(), [](const FileCheck& f) { return f.problems.empty(); });
+}
+
+std::vector<std::string> CheckpointCheck::problems() const {
+  std::vector<std::string> all;
+  for (const FileCheck& f : files)
+    for (const std::string& p : f.problems) all.push_back(f.file.string() + ": " + p);
+  all.insert(all.end(), consistency.begin(), consistency.end());
+  return all;
+}
+
+CheckpointCheck verify_checkpoint(const LoadedCheckpoint& loaded) {
+  CheckpointCheck check;
+  const std::string marker = (loaded.dir / kCompleteMarker).string();
+  const std::string step_text = std::to_string(loaded.step);
+  for (const SafetensorsFile* file : {&loaded.model, &loaded.optimizer}) {
+    try {
+      check.files.push_back(verify_file(*file));
+    } catch (const CheckpointError& e) {  // an unreadable checksum entry: the whole file is suspect
+      FileCheck f;
+      f.file = file->path();
+      f.problems.push_back(e.problem());
+      check.files.push_back(std::move(f));
+    }
+    // The step the writer recorded in the file's metadata.
+    if (const auto step = file->metadata().find("plexus.step");
+        step != file->metadata().end() && step->second != step_text)
+      check.consistency.push_back(file->path().string() + ": its metadata records step " + step->second +
+                                  ", but " + marker + " records step " + step_text +
+                                  ": the file is of another checkpoint than the rest of the directory");
+    const std::string name = file->path().filename().string();
+    if (const auto count = loaded.recorded_tensor_counts.find(name);
+        count != loaded.recorded_tensor_counts.end() && count->second != file->size())
+      check.consistency.push_back(file->path().string() + ": " + std::to_string(file->size()) +
+                                  " tensors, but " + marker + " records " + std::to_string(count->second) +
+                                  ": tensors were added or removed after the checkpoint was written");
+  }
+  // state.json's own step, which the trainer continues from, must be the step of the tensors.
+  if (const boost::json::object* state = loaded.state.if_object())
+    if (const boost::json::value* step = state->if_contains("step"))
+      if (!step->is_int64() || step->get_int64() != loaded.step)
+        check.consistency.push_back((loaded.dir / kStateFile).string() + ": records step " +
+                                    boost::json::serialize(*step) + ", but the tensors are of step " +
+                                    step_text + " (" + marker +
+                                    " and the files' metadata): state.json is of another checkpoint");
+  return check;
+}
+
+LoadedCheckpoint load_checkpoint(const fs::path& dir, ReadMode mode, Verify verify) {
   std::error_code ec;
   const auto status = fs::status(dir, ec);
   if (status.type() == fs::file_type::not_found) throw CheckpointError(dir, "checkpoint directory does not exist");
@@ -420,7 +491,32 @@ LoadedCheckpoint load_checkpoint(const fs::path& dir, ReadMode mode) {
   const fs::path state_path = dir / kStateFile;
   boost::json::value state = boost::json::parse(read_text(state_path), ec);
   if (ec) throw CheckpointError(state_path, "not valid JSON: " + ec.message());
-  return LoadedCheckpoint{dir, step->get_int64(), std::move(model), std::move(optimizer), std::move(state)};
+  std::map<std::string, std::uint64_t> counts;
+  if (const boost::json::value* tensors = fields->if_contains("tensors");
+      tensors != nullptr && tensors->is_object())
+    for (const auto& [name, count] : tensors->get_object())
+      if (count.is_int64() && count.get_int64() >= 0)
+        counts[std::string(name)] = static_cast<std::uint64_t>(count.get_int64());
+  LoadedCheckpoint loaded{
+      dir, step->get_int64(), std::move(model), std::move(optimizer), std::move(state), std::move(counts)};
+  if (verify == Verify::structure) return loaded;
+
+  const CheckpointCheck check = verify_checkpoint(loaded);
+  if (!check.ok()) {
+    const std::vector<std::string> problems = check.problems();
+    std::string message = "failed verification (" + std::to_string(problems.size()) +
+                          (problems.size() == 1 ? " problem" : " problems") +
+                          "); nothing of it was loaded (plexus checkpoint inspect --verify lists them all):";
+    for (const std::string& p : problems) message += "\n  " + p;
+    throw CheckpointError(dir, message);
+  }
+  for (const FileCheck& f : check.files)
+    if (!f.has_checksums)
+      log_info("checkpoint",
+               f.file.string() +
+                   " records no checksums (written before Plexus recorded them): its values were "
+                   "checked, its bytes cannot be");
+  return loaded;
 }
 
 std::vector<std::string> tensor_mismatches(const SafetensorsFile& loaded, std::span<const ExpectedTensor> expected) {

@@ -1,36 +1,21 @@
 // Opening safetensors files: the bytes are mapped (or read) once, validated by parse_layout, and
 // shared by every copy of the SafetensorsFile and every view handed out.
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <optional>
 #include <system_error>
 #include <utility>
 
 #include "plexus/core/checkpoint/safetensors.hpp"
+#include "plexus/core/regular_file.hpp"
 
 namespace plexus::checkpoint {
 
 namespace {
 
 std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
-
-// Closes the descriptor it owns.
-class Fd {
- public:
-  explicit Fd(int fd) noexcept : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  [[nodiscard]] int get() const noexcept { return fd_; }
-
- private:
-  int fd_;
-};
 
 // Unmaps on destruction.
 class Mapping {
@@ -72,15 +57,18 @@ SafetensorsFile SafetensorsFile::validated(std::filesystem::path path, std::shar
 SafetensorsFile::SafetensorsFile(std::shared_ptr<const State> state) : state_(std::move(state)) {}
 
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& file, ReadMode mode) {
-  const Fd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) throw CheckpointError(file, "cannot open: " + errno_text(errno));
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw CheckpointError(file, "cannot stat: " + errno_text(errno));
-  if (!S_ISREG(st.st_mode)) throw CheckpointError(file, "not a regular file");
-  const auto size = static_cast<std::size_t>(st.st_size);
+  // Never blocks: a FIFO or a device in place of a checkpoint file is refused, not waited on.
+  std::optional<RegularFile> opened;
+  try {
+    opened.emplace(RegularFile::open(file));
+  } catch (const FileReadError& e) {
+    throw CheckpointError(file, e.what());
+  }
+  const int fd = opened->fd();
+  const auto size = static_cast<std::size_t>(opened->size());
 
   if (mode == ReadMode::map && size > 0) {
-    void* address = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    void* address = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (address == MAP_FAILED) throw CheckpointError(file, "cannot map into memory: " + errno_text(errno));
     auto mapping = std::make_shared<const Mapping>(address, size);
     const auto bytes = mapping->bytes();
@@ -90,7 +78,7 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& file, ReadMod
   auto data = std::make_shared<std::vector<std::byte>>(size);
   std::size_t done = 0;
   while (done < size) {
-    const ssize_t n = ::read(fd.get(), data->data() + done, size - done);
+    const ssize_t n = ::read(fd, data->data() + done, size - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw CheckpointError(file, "cannot read: " + errno_text(errno));
     if (n == 0) break;  // shrank while being read: validated below as a short file

@@ -3,10 +3,9 @@
 
 #include <boost/json/parser.hpp>
 
-#include <cerrno>
-#include <fstream>
-#include <sstream>
 #include <system_error>
+
+#include "plexus/core/regular_file.hpp"
 
 namespace plexus::config {
 
@@ -65,17 +64,15 @@ boost::json::value load_file(const std::filesystem::path& file) {
     throw ConfigError("", file_problem(file, describe_file_type(status.type())));
   }
 
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    // ifstream reports no reason; errno from the failed open() is the best we have.
-    const int err = errno;
-    throw ConfigError("",
-                      file_problem(file, err != 0 ? std::generic_category().message(err) : "open failed"));
+  // Opened without blocking and checked again: a FIFO put there since the status() above is refused
+  // too, not waited on.
+  std::string contents;
+  try {
+    contents = read_regular_file(file);
+  } catch (const FileReadError& e) {
+    throw ConfigError("", file_problem(file, e.what()));
   }
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) throw ConfigError("", file_problem(file, "read error"));
-  return parse_text(contents.str(), file.string());
+  return parse_text(contents, file.string());
 }
 
 boost::json::value parse_text(std::string_view text, std::string_view origin) {

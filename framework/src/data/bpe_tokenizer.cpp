@@ -1,10 +1,8 @@
 // BpeTokenizer: loading, decoding and what it tells about itself.
-#include <fstream>
-#include <sstream>
-
 #include "data/byte_level.hpp"
 #include "data/tokenizer_json.hpp"
 #include "plexus/core/data/indexed_dataset.hpp"
+#include "plexus/core/regular_file.hpp"
 
 namespace plexus::data {
 
@@ -12,14 +10,14 @@ BpeTokenizer::BpeTokenizer(std::shared_ptr<State> state) : state_(std::move(stat
 
 BpeTokenizer BpeTokenizer::load(const std::filesystem::path& file) {
   const std::string name = file.string();
-  std::error_code ec;
-  if (!std::filesystem::exists(file, ec)) throw DataError(name, name + ": no such tokenizer file");
-  if (!std::filesystem::is_regular_file(file, ec)) throw DataError(name, name + ": not a regular file");
-  std::ifstream in(file, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in || in.bad()) throw DataError(name, name + ": cannot read the tokenizer file");
-  return from_json(text.str(), name);
+  std::string text;
+  try {
+    text = read_regular_file(file);  // a FIFO is refused, never waited on
+  } catch (const FileReadError& e) {
+    const std::string problem = e.what();
+    throw DataError(name, name + ": " + (problem == "no such file" ? "no such tokenizer file" : problem));
+  }
+  return from_json(text, name);
 }
 
 BpeTokenizer BpeTokenizer::from_json(std::string_view json, const std::string& source) {

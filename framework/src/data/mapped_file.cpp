@@ -1,43 +1,29 @@
 // MappedFile: a whole file mapped read-only, unmapped on destruction.
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "plexus/core/data/indexed_dataset.hpp"
+#include "plexus/core/regular_file.hpp"
 
 namespace plexus::data {
-namespace {
-
-// Closes a descriptor on every path out of the constructor; the mapping outlives it.
-struct Descriptor {
-  int fd = -1;
-  ~Descriptor() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-}  // namespace
 
 MappedFile::MappedFile(const std::filesystem::path& file) : path_(file) {
   const std::string name = file.string();
-  Descriptor descriptor;
-  descriptor.fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
-  if (descriptor.fd < 0) {
-    const int error = errno;
-    if (error == ENOENT) throw DataError(name, name + ": no such file");
-    throw DataError(name, name + ": cannot open: " + std::strerror(error));
+  // Never blocks: a FIFO (or a device) given as a .bin or .idx is refused, not waited on.
+  std::optional<RegularFile> opened;
+  try {
+    opened.emplace(RegularFile::open(file));
+  } catch (const FileReadError& e) {
+    throw DataError(name, name + ": " + e.what());
   }
-  struct stat info {};
-  if (::fstat(descriptor.fd, &info) != 0) throw DataError(name, name + ": cannot stat: " + std::strerror(errno));
-  if (!S_ISREG(info.st_mode)) throw DataError(name, name + ": not a regular file");
-  size_ = static_cast<std::size_t>(info.st_size);
+  const int fd = opened->fd();
+  size_ = static_cast<std::size_t>(opened->size());
   if (size_ == 0) return;  // mmap refuses length 0; an empty file is an empty span
-  void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, descriptor.fd, 0);
+  void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
   if (mapped == MAP_FAILED) {
     const int error = errno;
     size_ = 0;

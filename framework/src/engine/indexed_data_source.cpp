@@ -1,6 +1,7 @@
 // The trainer's data: a Megatron indexed dataset read through the window sampler, and the
 // tokenizer of data.tokenizer for the text samples. Before the first step it checks that the
-// tokenizer, the dataset's ids and model.vocab_size agree (vocabulary_check below).
+// tokenizer, the dataset's ids and model.vocab_size agree (vocabulary_check below), and that
+// data.tokenizer is the tokenizer the dataset was prepared with (tokenizer_fingerprint.hpp).
 #include <boost/json.hpp>
 #include <cstring>
 
@@ -8,6 +9,7 @@
 #include "plexus/core/data/indexed_dataset.hpp"
 #include "plexus/core/data/sampler.hpp"
 #include "plexus/core/data/tokenizer.hpp"
+#include "plexus/core/data/tokenizer_fingerprint.hpp"
 #include "plexus/core/engine/trainer.hpp"
 #include "plexus/core/logging.hpp"
 
@@ -157,6 +159,17 @@ std::unique_ptr<DataSource> make_indexed_data_source(const boost::json::value& r
   options.vocab_size = run_config.at("model").at("vocab_size").to_number<int64_t>();
   auto dataset = std::make_shared<const data::IndexedDataset>(path);
   const bool ids_only = vocabulary_check(*dataset, *tokenizer, tokenizer_file, options.vocab_size);
+  // A tokenizer of the same size as the dataset's passes every check above: the fingerprint that
+  // `plexus data prepare` records beside the dataset tells whether it is the same tokenizer.
+  if (!tokenizer_file.empty()) {
+    try {
+      const data::FingerprintCheck check =
+          data::check_tokenizer_fingerprint(*dataset, *tokenizer, tokenizer_file);
+      if (check.outcome != data::FingerprintCheck::Outcome::matches) log_warn("data", check.warning);
+    } catch (const DataError& e) {
+      throw config::ConfigError("data.tokenizer", e.what());
+    }
+  }
   return std::make_unique<IndexedDataSource>(std::move(dataset), options, std::move(tokenizer), ids_only);
 }
 

@@ -29,9 +29,14 @@ class FileSink {
   ~FileSink() = default;
 
   // Appends bytes to the file. Throws CheckpointError naming the target and the errno text
-  // (e.g. "No space left on device").
+  // (e.g. "No space left on device"; "File too large" past the file-size limit, `ulimit -f`, with
+  // the limit: a process that ignores SIGXFSZ, as plexus-train and plexus do, gets EFBIG from
+  // write() instead of being killed).
   void write(std::span<const std::byte> bytes);
   void write(std::string_view text);
+  // Overwrites bytes already written, at offset from the start of the file (a header completed
+  // once the data after it is known). Throws CheckpointError as write() does.
+  void write_at(std::uint64_t offset, std::span<const std::byte> bytes);
   [[nodiscard]] std::uint64_t bytes_written() const noexcept { return written_; }
 
  private:

@@ -11,8 +11,10 @@
 // fsynced, then COMPLETE, then the directory is renamed to step_<8-digit step> and the root is
 // fsynced. So a directory named step_* is complete unless someone tampered with it, and one
 // left half-written has a ".partial" name that listing ignores and pruning removes. The COMPLETE
-// marker (JSON: the step and each file's size) is checked when loading too, so a checkpoint
-// whose files were later truncated or replaced is refused.
+// marker (JSON: the step, each file's size and tensor count) is checked when loading too, so a
+// checkpoint whose files were later truncated or replaced is refused; and each tensor's checksum,
+// recorded in its file when written (integrity.hpp), so one whose bytes changed is refused too,
+// naming the tensor.
 //
 // Steps with more than 8 digits are written with as many digits as they need.
 // One process writes a root at a time (rank 0, say): pruning treats a partial directory as
@@ -29,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "plexus/core/checkpoint/integrity.hpp"
 #include "plexus/core/checkpoint/safetensors.hpp"
 
 namespace plexus::checkpoint {
@@ -109,13 +112,45 @@ struct LoadedCheckpoint {
   SafetensorsFile model;
   SafetensorsFile optimizer;
   boost::json::value state;
+  // The tensor count of each safetensors file as the COMPLETE marker records it (empty for a
+  // checkpoint written before the marker recorded them).
+  std::map<std::string, std::uint64_t> recorded_tensor_counts{};
 };
 
+// What load_checkpoint checks beyond the structure.
+enum class Verify : std::uint8_t {
+  full,       // every tensor's checksum and values, and the files against each other (verify_checkpoint)
+  structure,  // the structure only: for tools that show a checkpoint as it is (inspect)
+};
+
+// Everything verify_checkpoint found.
+struct CheckpointCheck {
+  std::vector<FileCheck> files;  // model.safetensors, optimizer.safetensors
+  // Disagreements between the files: "<file>: <what>", e.g. a step that differs from the COMPLETE
+  // marker's, a tensor count other than the one recorded.
+  std::vector<std::string> consistency;
+  [[nodiscard]] bool ok() const noexcept;
+  // Every problem, one per line, each starting with the file's path: "<file>: tensor <name>: ...".
+  [[nodiscard]] std::vector<std::string> problems() const;
+};
+
+// Verifies a loaded checkpoint: each safetensors file's tensors (verify_file: the checksums the
+// writer recorded, finite values), and that the files agree with each other and with the COMPLETE
+// marker: state.json's "step" and each file's "plexus.step" metadata (when present) are the
+// marker's step, and each file has the number of tensors the marker records (when it does).
+// Reads every byte of both files.
+[[nodiscard]] CheckpointCheck verify_checkpoint(const LoadedCheckpoint& loaded);
+
 // Opens and validates a checkpoint directory: COMPLETE present and consistent with the files,
-// both safetensors files valid (see parse_layout), state.json valid JSON. Every problem is a
+// both safetensors files valid (see parse_layout), state.json valid JSON; with Verify::full (the
+// default) also verify_checkpoint, and every problem it finds is one CheckpointError naming the
+// directory and listing each bad tensor with its file. A file written before checksums were
+// recorded loads (its values checked) with a log line saying so. Every problem is a
 // CheckpointError naming the file: a missing COMPLETE marker reads "incomplete checkpoint (no
-// COMPLETE marker): it was being written when the run stopped".
-[[nodiscard]] LoadedCheckpoint load_checkpoint(const std::filesystem::path& dir, ReadMode mode = ReadMode::map);
+// COMPLETE marker): it was being written when the run stopped". Files that are not regular files
+// (a FIFO, a device) are refused, never waited on.
+[[nodiscard]] LoadedCheckpoint load_checkpoint(const std::filesystem::path& dir,
+                                               ReadMode mode = ReadMode::map, Verify verify = Verify::full);
 
 // What the model expects of one tensor.
 struct ExpectedTensor {

@@ -106,7 +106,15 @@ struct TensorData {
   std::function<void(std::span<std::byte>)> fill{};
 };
 
-// Collects tensors and metadata and writes them as one safetensors file.
+// The "__metadata__" key under which the writer records every tensor's checksum: a compact JSON
+// object, tensor name -> the XXH64 (seed 0) of the tensor's bytes as 16 lowercase hex digits,
+// e.g. {"embedding.word_embeddings.weight":"3f0c9d1e5a7b2c48"}. Other tools ignore metadata, so
+// the file stays a plain safetensors file; Plexus verifies the checksums when it loads a
+// checkpoint (integrity.hpp).
+inline constexpr const char* kChecksumKey = "plexus.xxh64";
+
+// Collects tensors and metadata and writes them as one safetensors file, with every tensor's
+// checksum under kChecksumKey (when there is any tensor).
 class SafetensorsWriter {
  public:
   // Adds a tensor. Throws std::invalid_argument naming the tensor for an empty name, the
@@ -114,18 +122,32 @@ class SafetensorsWriter {
   // that is not element_count(shape) * dtype_size(dtype).
   void add(TensorData tensor);
   void add(std::string name, DType dtype, std::vector<std::int64_t> shape, std::span<const std::byte> bytes);
-  // Sets a "__metadata__" entry (replacing an earlier value for the key).
+  // Sets a "__metadata__" entry (replacing an earlier value for the key). kChecksumKey belongs
+  // to the writer: a value set for it (copied from another file, say) is replaced by the
+  // checksums of the tensors written.
   void set_metadata(std::string key, std::string value);
 
   [[nodiscard]] std::size_t tensor_count() const noexcept { return tensors_.size(); }
-  // The header as it will be written: JSON padded with spaces to a multiple of 8 bytes.
+  // The header as it will be written, JSON padded with spaces to a multiple of 8 bytes, but with
+  // every checksum a placeholder of 16 zeros: the checksums are known once the tensors' bytes are
+  // (a fill runs only when the writer reaches its tensor). The written header has the same size.
   [[nodiscard]] std::string header() const;
   // The size of the whole file: 8 + header().size() + the sum of the tensors' bytes.
   [[nodiscard]] std::uint64_t file_size() const;
 
-  // Streams the file to sink in order: the 8-byte length, the header, each tensor's bytes.
-  // Whatever sink throws propagates.
-  void write_to(const std::function<void(std::span<const std::byte>)>& sink) const;
+  using Sink = std::function<void(std::span<const std::byte>)>;
+  // Rewrites bytes the sink was given before, at that offset from the start of the file.
+  using Rewrite = std::function<void(std::uint64_t offset, std::span<const std::byte>)>;
+
+  // Streams the file to sink in order: the 8-byte length, the header with placeholder checksums,
+  // each tensor's bytes (hashed as they pass); then calls rewrite once, at offset 8, with the
+  // header holding the real checksums (the same number of bytes). Memory holds one tensor at a
+  // time. Whatever sink or rewrite throws propagates.
+  void write_to(const Sink& sink, const Rewrite& rewrite) const;
+  // The same for a sink that cannot rewrite: the tensors that have a fill are filled into memory
+  // first (in storage order, each once), so the header is complete when it is written. For small
+  // files and tests; files larger than memory go through the two-function form.
+  void write_to(const Sink& sink) const;
   // The whole file in memory (small files and tests).
   [[nodiscard]] std::vector<std::byte> to_bytes() const;
   // Writes the file with write_file_atomically (atomic_file.hpp): on failure the previous
@@ -135,6 +157,9 @@ class SafetensorsWriter {
  private:
   // Tensors in the order their bytes are stored: element size descending, then name.
   [[nodiscard]] std::vector<const TensorData*> storage_order() const;
+  // The header with these checksums (by tensor name), or placeholders for those not given.
+  [[nodiscard]] std::string header_with(
+      const std::map<std::string, std::uint64_t, std::less<>>& checksums) const;
 
   std::vector<TensorData> tensors_;
   std::set<std::string, std::less<>> names_;  // of tensors_, to refuse a repeated name quickly

@@ -65,6 +65,10 @@ class BpeTokenizer final : public Tokenizer {
   // The first special added token named like an end of text or document: <|endoftext|>
   // (GPT-2), <|end_of_text|> (Llama 3), </s>, <eos>, <|eot|>.
   std::optional<int32_t> end_of_document() const noexcept override;
+  // "bpe:xxh64:..." of the vocabulary, merges, added tokens, pre-tokenizer and model flags
+  // (tokenizer_fingerprint.cpp): not of the file's text, so layout, key order, the merges'
+  // spelling and the fields Plexus ignores do not change it.
+  std::string fingerprint() const override;
 
   using Tokenizer::encode;
   void encode_append(std::string_view text, std::vector<int32_t>& out) const override;

@@ -214,6 +214,8 @@ class IndexedDataset {
   TokenView sequence(std::size_t sequence) const;
   TokenView document(std::size_t document) const;  // its sequences' tokens, contiguous
   TokenView tokens() const noexcept;                // every token, in order
+  // The whole .idx as mapped (tokenizer_fingerprint.hpp ties its record to these bytes).
+  std::span<const std::byte> index_bytes() const noexcept { return idx_.bytes(); }
 
  private:
   int64_t read_i64(std::size_t offset) const noexcept;

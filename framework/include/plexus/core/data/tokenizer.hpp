@@ -33,6 +33,11 @@ class Tokenizer {
   virtual bool has_token(int32_t id) const noexcept = 0;
   // The token a prepared document ends with, if the tokenizer has one.
   virtual std::optional<int32_t> end_of_document() const noexcept = 0;
+  // What identifies the tokenizer's encoding, so that two tokenizers that encode differently
+  // never share it: "byte" for the byte tokenizer, "bpe:xxh64:<16 hex digits>" for a BPE
+  // (tokenizer_fingerprint.hpp says what is hashed). `plexus data prepare` records it beside the
+  // dataset; plexus-train compares it with data.tokenizer's.
+  virtual std::string fingerprint() const = 0;
 
   virtual void encode_append(std::string_view text, std::vector<int32_t>& out) const = 0;
   std::vector<int32_t> encode(std::string_view text) const;
@@ -55,6 +60,7 @@ class ByteTokenizer final : public Tokenizer {
   int64_t vocab_size() const noexcept override { return kVocabSize; }
   bool has_token(int32_t id) const noexcept override { return id >= 0 && id < kVocabSize; }
   std::optional<int32_t> end_of_document() const noexcept override { return std::nullopt; }
+  std::string fingerprint() const override { return "byte"; }
 
   using Tokenizer::encode;
   void encode_append(std::string_view text, std::vector<int32_t>& out) const override;
