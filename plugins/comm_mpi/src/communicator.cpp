@@ -19,7 +19,9 @@ constexpr int kAnswerTag = 2;
 
 // Polling. After an operation starts or completes the worker polls MPI back to back, yielding
 // the CPU between polls, for kSpin; then it pauses between polls for 1/16 of the time since the
-// last activity, at most kMaxPause, so a long wait for a slow peer costs little CPU. With nothing
+// last activity, at most kMaxPause, so a long wait for a slow peer costs little CPU; but while a
+// thread is blocked in wait on this communicator, never more than kMinPause, so what it waits
+// for (a pipeline stage's input, say) is seen within microseconds of arriving. With nothing
 // in flight it looks at the side channel every kIdlePoll, which bounds how late a probe is
 // answered (the prober's grace period is at least 200 ms).
 constexpr auto kSpin = std::chrono::microseconds(1000);
@@ -138,7 +140,17 @@ void Communicator::wait(Operation& op, uint32_t timeout_ms) {
   const uint32_t limit = timeout_ms != 0 ? timeout_ms : timeout_ms_;
   std::optional<Clock::time_point> deadline;
   if (limit != 0) deadline = Clock::now() + milliseconds(limit);
-  if (!op.wait_until(deadline)) {
+  {
+    std::lock_guard lock(mutex_);
+    ++waiters_;
+  }
+  wake_.notify_one();
+  const bool done = op.wait_until(deadline);
+  {
+    std::lock_guard lock(mutex_);
+    --waiters_;
+  }
+  if (!done) {
     const auto grace = milliseconds(std::clamp<uint32_t>(limit / 2, 200, 2000));
     const std::string diagnosis = diagnose(op, grace);
     if (!op.is_done()) {  // one that completed while the peers were probed is no timeout
@@ -212,7 +224,8 @@ void Communicator::worker_loop() {
       std::this_thread::yield();
       continue;
     }
-    const auto pause = std::clamp<Clock::duration>(quiet / 16, kMinPause, kMaxPause);
+    const auto pause = waiters_ > 0 ? Clock::duration(kMinPause)
+                                    : std::clamp<Clock::duration>(quiet / 16, kMinPause, kMaxPause);
     wake_.wait_for(lock, pause, [&] { return !queue_.empty() || stop_ != stopping; });
   }
 }

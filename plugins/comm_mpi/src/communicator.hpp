@@ -98,8 +98,11 @@ class Communicator {
   std::atomic<int64_t> reached_{0};
   std::atomic<int64_t> completed_{0};
 
-  std::mutex mutex_;  // guards the queue, the stop request, the unusable reason and orphans_
+  std::mutex mutex_;  // guards the queue, the stop request, the unusable reason, orphans_, waiters_
   std::condition_variable wake_;
+  // Threads blocked in wait: while there are any the worker pauses at most kMinPause between
+  // polls, so a completion is seen at once and not after a long pause.
+  int waiters_ = 0;
   std::deque<std::shared_ptr<Operation>> queue_;
   bool stop_ = false;
   std::string unusable_;
