@@ -12,6 +12,7 @@
 #include "plexus/cli.hpp"
 #include "plexus/commands.hpp"
 #include "plexus/core/engine/model.hpp"
+#include "plexus/core/engine/pipeline_layout.hpp"
 #include "plexus/core/json_text.hpp"
 #include "plexus/core/plugin_host.hpp"
 #include "plexus/core/run_config.hpp"
@@ -19,26 +20,36 @@
 namespace plexus::cli {
 namespace {
 
-constexpr const char* kHelp = R"(usage: plexus model show [--config FILE] [--set KEY=VALUE]... [--json]
+constexpr const char* kHelp =
+    R"(usage: plexus model show [--config FILE] [--set KEY=VALUE]... [--pp N] [--json]
 
 Builds the model of a run config (the embedded default when no --config) and prints its layers as
 the engine assembled them: for every unit (embedding, each decoder layer, final norm, head) the
 logical and physical layer number, the pattern symbol, the layer component, the parameters it
 holds (its mHC connection's included) and its training FLOPs per token (forward and backward),
-and the pipeline segment; then the totals. Nothing is trained and nothing is written.
+and the pipeline segment; then the totals. With --pp N, also the pipeline stage and virtual stage
+each unit goes to when the model is cut over N pipeline ranks (distributed.pipeline's settings;
+a misfit is refused as plexus-train refuses it). Nothing is trained and nothing is written.
   plexus model show --set 'model.pattern=M*M-' --set model.num_layers=4
+  plexus model show --pp 2 --set distributed.pipeline.virtual_stages=2
 )";
 
 std::string count_text(double value) {
   char buffer[32];
-  if (value >= 1e9) std::snprintf(buffer, sizeof buffer, "%.2fG", value / 1e9);
-  else if (value >= 1e6) std::snprintf(buffer, sizeof buffer, "%.2fM", value / 1e6);
-  else if (value >= 1e4) std::snprintf(buffer, sizeof buffer, "%.1fk", value / 1e3);
-  else std::snprintf(buffer, sizeof buffer, "%.0f", value);
+  if (value >= 1e9)
+    std::snprintf(buffer, sizeof buffer, "%.2fG", value / 1e9);
+  else if (value >= 1e6)
+    std::snprintf(buffer, sizeof buffer, "%.2fM", value / 1e6);
+  else if (value >= 1e4)
+    std::snprintf(buffer, sizeof buffer, "%.1fk", value / 1e3);
+  else
+    std::snprintf(buffer, sizeof buffer, "%.0f", value);
   return buffer;
 }
 
-std::string number_or_dash(int64_t value) { return value < 0 ? "-" : std::to_string(value); }
+std::string number_or_dash(int64_t value) {
+  return value < 0 ? "-" : std::to_string(value);
+}
 
 std::string padded(const std::string& text, std::size_t width) {
   return text.size() >= width ? text + " " : text + std::string(width - text.size(), ' ');
@@ -54,10 +65,14 @@ int model_command(const std::vector<std::string>& args) {
     std::string action;
     bool json = false;
     bool help = false;
+    uint32_t pipeline_size = 1;
     po::options_description options("options");
     plugin_options.add_to(options);
-    options.add_options()("config", po::value(&config_file), "run config (JSON); the embedded default when omitted")(
+    options.add_options()("config", po::value(&config_file),
+                          "run config (JSON); the embedded default when omitted")(
         "set", po::value(&overrides)->composing(), "override a key (repeatable)")(
+        "pp", po::value(&pipeline_size),
+        "show each unit's stage when the model is cut over N pipeline ranks")(
         "json", po::bool_switch(&json), "print the rows and totals as JSON")("help,h", po::bool_switch(&help),
                                                                              "this help");
     po::options_description hidden;
@@ -86,39 +101,58 @@ int model_command(const std::vector<std::string>& args) {
     const Model model(host, run_config);
     const std::vector<Model::UnitSummary> rows = model.summary();
     int64_t total_parameters = 0;
-    for (std::size_t i = 0; i < model.parameters().size(); ++i) total_parameters += model.parameters()[i].value.numel();
+    for (std::size_t i = 0; i < model.parameters().size(); ++i)
+      total_parameters += model.parameters()[i].value.numel();
     const std::optional<double> total_flops = model.flops_per_token();
+    // Where each unit goes at --pp: the embedding with chunk 0, the final norm and head with the last.
+    const PipelineLayout layout =
+        pipeline_layout(model.plan(), PipelineSettings::from_run_config(run_config), pipeline_size);
+    const auto stage_of = [&](const Model::UnitSummary& row) {
+      if (row.logical >= 0) return layout.stage_of(static_cast<uint32_t>(row.logical));
+      const plexus::ChunkSpec& chunk = row.kind == "embedding" ? layout.chunks.front() : layout.chunks.back();
+      return PipelineLayout::Stage{chunk.index % pipeline_size, chunk.index / pipeline_size};
+    };
 
     if (json) {
       boost::json::array units;
       for (const auto& row : rows) {
-        boost::json::object u{{"label", row.label},       {"kind", row.kind},         {"symbol", row.symbol},
-                              {"component", row.component}, {"logical", row.logical}, {"physical", row.physical},
-                              {"segment", row.segment},   {"parameters", row.parameters}};
+        boost::json::object u{{"label", row.label},     {"kind", row.kind},
+                              {"symbol", row.symbol},   {"component", row.component},
+                              {"logical", row.logical}, {"physical", row.physical},
+                              {"segment", row.segment}, {"parameters", row.parameters}};
         u["flops_per_token"] = row.flops_per_token ? boost::json::value(*row.flops_per_token) : nullptr;
+        u["pipeline_stage"] = stage_of(row).rank;
+        u["virtual_stage"] = stage_of(row).virtual_stage;
         units.push_back(std::move(u));
       }
       boost::json::object out{{"decoder", model.plan().summary},
                               {"units", std::move(units)},
                               {"parameters", total_parameters},
+                              {"pipeline_size", pipeline_size},
+                              {"virtual_stages", layout.virtual_stages},
                               {"flops_per_token", total_flops ? boost::json::value(*total_flops) : nullptr}};
       std::cout << json_text(out) << "\n";
       return 0;
     }
-    std::cout << "model: " << model.plan().summary << ", hidden " << model.settings().hidden_size << ", sequence "
-              << model.settings().seq_length << "\n";
+    std::cout << "model: " << model.plan().summary << ", hidden " << model.settings().hidden_size
+              << ", sequence " << model.settings().seq_length << "\n";
     std::cout << padded("logical", 9) << padded("physical", 10) << padded("symbol", 8) << padded("unit", 52)
-              << padded("parameters", 12) << padded("FLOPs/token", 13) << "segment\n";
+              << padded("parameters", 12) << padded("FLOPs/token", 13) << padded("segment", 9)
+              << (pipeline_size > 1 ? "stage  vstage" : "") << "\n";
     for (const auto& row : rows) {
       std::cout << padded(number_or_dash(row.logical), 9) << padded(number_or_dash(row.physical), 10)
                 << padded(row.symbol.empty() ? "-" : row.symbol, 8) << padded(row.label, 52)
                 << padded(count_text(static_cast<double>(row.parameters)), 12)
                 << padded(row.flops_per_token ? count_text(*row.flops_per_token) : "?", 13)
-                << number_or_dash(row.segment) << "\n";
+                << padded(number_or_dash(row.segment), 9);
+      if (pipeline_size > 1)
+        std::cout << padded(std::to_string(stage_of(row).rank), 7) << stage_of(row).virtual_stage;
+      std::cout << "\n";
     }
     std::cout << "total: " << count_text(static_cast<double>(total_parameters)) << " parameters ("
               << total_parameters << "), "
-              << (total_flops ? count_text(*total_flops) : std::string("unknown")) << " training FLOPs per token"
+              << (total_flops ? count_text(*total_flops) : std::string("unknown"))
+              << " training FLOPs per token"
               << " (the tied embedding and head share one matrix, counted once in the total)\n";
     return 0;
   });

@@ -5,6 +5,7 @@
 // microbatch's activations alive. Communication stages go to the communication stream and
 // compute stages to the compute stream; the engine orders the stages of one microbatch.
 #include <cstdint>
+#include <string>
 
 #include "plexus/cpp/plugin.hpp"
 
@@ -15,6 +16,15 @@ class SequentialScheduler {
   explicit SequentialScheduler(plx_config /*config*/) {}
 
   void run_step(const plx_schedule_env& env) const {
+    // A pipeline stage must move its chunks' boundaries to its neighbours (ABI 1.7); this
+    // scheduler runs a whole model.
+    if (env.struct_size >= PLX_FIELD_END(plx_schedule_env, pipeline_size) && env.pipeline_size > 1)
+      throw plexus::sdk::Error(
+          PLX_ERR_INVALID_ARGUMENT,
+          "scheduler \"sequential\" runs a whole model, but this rank is one of " +
+              std::to_string(env.pipeline_size) +
+              " pipeline stages: use scheduler.component \"1f1b\" or \"interleaved_1f1b\" "
+              "(plugin pipeline_schedules)");
     for (uint32_t mb = 0; mb < env.num_microbatches; ++mb) {
       for (uint32_t unit = 0; unit < env.num_units; ++unit) {
         const uint32_t stages = num_stages(env, unit);
@@ -44,7 +54,8 @@ class SequentialScheduler {
   }
 };
 
-constexpr const char* kSchema = R"({"type": "object", "doc": "The sequential scheduler has no options.", "properties": {}})";
+constexpr const char* kSchema =
+    R"({"type": "object", "doc": "The sequential scheduler has no options.", "properties": {}})";
 
 const plx_component_desc kSequential = plexus::sdk::scheduler_component<SequentialScheduler>(
     "sequential", "gradient accumulation: each microbatch's forward, then its backward", kSchema);

@@ -187,7 +187,7 @@ BOOST_AUTO_TEST_CASE(model_parallel_groups_are_refused_and_a_world_that_does_not
   const auto tp = run_process(mpirun_command(2) +
                               corpus.train(out.string(), "--set 'distributed.topology.options={\"tp\": 2}'"));
   BOOST_TEST(tp.status != 0);
-  BOOST_TEST(tp.output.find("not tp-parallel: it runs data parallelism and expert parallelism only") != std::string::npos,
+  BOOST_TEST(tp.output.find("not tp-parallel: it runs data, pipeline and expert parallelism") != std::string::npos,
              tp.output);
   const auto odd = run_process(
       mpirun_command(3) + corpus.train(out.string(), "--set 'distributed.topology.options={\"tp\": 2}'"));

@@ -62,6 +62,18 @@ Request Communicator::start_all_reduce(const DLTensor& buffer, ReduceOp op, plx_
   return Request(this, request);
 }
 
+Request Communicator::start_send(const DLTensor& buffer, int32_t peer, int32_t tag) const {
+  void* request = nullptr;
+  check("send", table_->send(handle_, &buffer, peer, tag, nullptr, &request));
+  return Request(this, request);
+}
+
+Request Communicator::start_recv(const DLTensor& buffer, int32_t peer, int32_t tag) const {
+  void* request = nullptr;
+  check("recv", table_->recv(handle_, const_cast<DLTensor*>(&buffer), peer, tag, nullptr, &request));
+  return Request(this, request);
+}
+
 void Communicator::all_gather(const DLTensor& send, const DLTensor& recv) const {
   check("all_gather", table_->all_gather(handle_, &send, const_cast<DLTensor*>(&recv), nullptr, nullptr));
 }

@@ -65,11 +65,26 @@ AdamW::AdamW(ParameterStore& params, OptimizerSettings settings)
 
 double AdamW::step(int64_t step) {
   std::vector<const Tensor*> grads, divided;
+  std::vector<std::size_t> grad_params;
   for (std::size_t i = 0; i < params_->size(); ++i)
-    if (!(*params_)[i].is_buffer())
-      (divided_sum_ && (*params_)[i].grad_group != "dp" ? divided : grads).push_back(&(*params_)[i].grad);
-  double sum_sq = device_ops::sum_of_squares(grads);
-  if (divided_sum_) sum_sq += divided_sum_(divided.empty() ? 0.0 : device_ops::sum_of_squares(divided));
+    if (!(*params_)[i].is_buffer() && (counted_.empty() || counted_[i])) {
+      const bool divide = divided_sum_ && (*params_)[i].grad_group != "dp";
+      (divide ? divided : grads).push_back(&(*params_)[i].grad);
+      if (!divide) grad_params.push_back(i);
+    }
+  double sum_sq = 0;
+  if (ordered_sum_) {  // pipelined: every stage's parameters, added in the whole model's order
+    std::vector<double> squares(params_->size(), 0.0);
+    for (std::size_t k = 0; k < grads.size(); ++k)
+      squares[grad_params[k]] = device_ops::sum_of_squares({grads[k]});
+    sum_sq = ordered_sum_(squares);
+  } else {
+    sum_sq = device_ops::sum_of_squares(grads);
+  }
+  if (divided_sum_) {
+    const double experts = divided_sum_(divided.empty() ? 0.0 : device_ops::sum_of_squares(divided));
+    sum_sq += stage_sum_ ? stage_sum_(experts) : experts;
+  }
   const double norm = std::sqrt(sum_sq);
   const double lr = learning_rate(settings_, step);
   last_lr_ = lr;

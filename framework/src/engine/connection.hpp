@@ -73,12 +73,16 @@ class Connection {
   virtual Tensor take_grad(ConnectionState& state) const = 0;
   virtual void set_grad(ConnectionState& state, Tensor grad) const = 0;
 
+  // The shape of the stream of a [batch, seq] microbatch (in the model's activation dtype): what a
+  // pipeline stage receives from the one before it.
+  virtual std::vector<int64_t> stream_shape(int64_t batch, int64_t seq) const = 0;
+
   // The matrix-product FLOPs (forward + backward) it adds around one decoder unit, per token.
   virtual double flops_per_token() const = 0;
 };
 
 // The plain residual: stream += F(stream); its gradient passes F by the identity and adds F's.
-std::unique_ptr<Connection> make_residual_connection();
+std::unique_ptr<Connection> make_residual_connection(int64_t hidden_size);
 
 // mHC around every decoder unit, with the fusion backend mhc.backend (mhc_connection.cpp).
 std::unique_ptr<Connection> make_mhc_connection(const PluginHost& host, const ModelSettings& settings,

@@ -190,6 +190,10 @@ class MhcConnection final : public Connection {
   // the residual mix H_res (n^2 C) and h_post times F's output (n C): n C (n + 1)(n + 2)
   // multiply-adds. Backward computes two products for each (the input's and the weight's
   // gradient), twice the forward. Sinkhorn's n x n iterations and the norms are not products.
+  std::vector<int64_t> stream_shape(int64_t batch, int64_t seq) const override {
+    return {batch * seq, streams(), hidden()};
+  }
+
   double flops_per_token() const override {
     const auto n = static_cast<double>(settings_.mhc.streams);
     const auto c = static_cast<double>(settings_.hidden_size);

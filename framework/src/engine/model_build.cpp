@@ -1,9 +1,12 @@
 // Assembling a rank's model from the stack's plan: its chunks' units, their parameters and the
 // connection's, and the parameter residency (whole, or a data-parallel strategy's FSDP units).
 #include <boost/json.hpp>
+
+#include <algorithm>
 #include <string>
 
 #include "engine/model_internal.hpp"
+#include "engine/pipeline_link.hpp"
 #include "plexus/core/config.hpp"
 #include "plexus/core/device.hpp"
 #include "plexus/core/engine/random.hpp"
@@ -91,7 +94,7 @@ Model::Model(const PluginHost& host, const boost::json::value& run_config, Model
                                   device::name(device_) + " the model computes in float32 (\"fp32\")");
   params_.set_device(device_);
   connection_ = settings_.mhc.enabled ? make_mhc_connection(host, settings_, device_, params_)
-                                      : make_residual_connection();
+                                      : make_residual_connection(settings_.hidden_size);
   residency_ = make_whole_residency(params_);
   // The decoder as the stack describes it (plexus/stack.h): the GPT's [*-] x num_layers, or a
   // hybrid pattern. Units are physical layers; a scheduler drives logical ones (groups).
@@ -104,6 +107,8 @@ Model::Model(const PluginHost& host, const boost::json::value& run_config, Model
   model_config_ = std::make_unique<ConfigHandle>(boost::json::value(settings_.layer_config), "model");
   if (options.placement.chunks.empty()) options.placement = ModelPlacement::whole(plan_);
   check_placement(options.placement, plan_);
+  if (options.pipeline_group != nullptr && options.pipeline_group->size() > 1)
+    link_ = std::make_unique<PipelineLink>(*options.pipeline_group, options.model_chunks);
   for (const ChunkSpec& chunk : options.placement.chunks) build_chunk(run_config.at("model"), chunk);
 }
 
@@ -123,6 +128,7 @@ void Model::build_chunk(const boost::json::value& model_section, const ChunkSpec
     return source;
   };
   Chunk chunk;
+  chunk.index = spec.index;
   chunk.first_unit = units_.size();
   chunk.embedding = spec.embedding;
   chunk.head = spec.output_layers;
@@ -238,6 +244,10 @@ std::size_t Model::num_chunks() const noexcept {
   return chunks_.size();
 }
 
+bool Model::pipelined() const noexcept {
+  return link_ != nullptr;
+}
+
 ShardedParameters* Model::sharded() noexcept {
   return residency_->sharded();
 }
@@ -249,7 +259,7 @@ const ShardedParameters* Model::sharded() const noexcept {
 // Each chunk is cut on its own: the embedding; every `layers_per_unit` logical decoder layers
 // (a GPT layer's attention and MLP, a HybridStack group); the output layers (final norm and head).
 void Model::shard_parameters(const Component& strategy, plx_config options, int64_t layers_per_unit,
-                             const distributed::Runtime& runtime) {
+                             const distributed::Runtime& runtime, const std::vector<bool>& alone) {
   const std::string key = "distributed.data_parallel.layers_per_unit";
   if (layers_per_unit < 1)
     throw config::ConfigError(
@@ -288,8 +298,25 @@ void Model::shard_parameters(const Component& strategy, plx_config options, int6
         name.append(1, '-').append(std::to_string(first.logical + layers_per_unit - 1));
       add(name, &chunk.logical[l], static_cast<std::size_t>(layers_per_unit));
     }
-    if (chunk.head) add("output layers", &chunk.logical[end], 2);
+    if (!chunk.head) continue;
+    const Unit& head = *units_[chunk.logical[end + 1].first];
+    const bool head_alone = std::any_of(head.params.begin(), head.params.end(),
+                                        [&](std::size_t p) { return p < alone.size() && alone[p]; });
+    if (head_alone) {  // the tied copy keeps a buffer of its own, laid out as its owner's
+      add("final norm", &chunk.logical[end], 1);
+      add("output layer", &chunk.logical[end + 1], 1);
+    } else {
+      add("output layers", &chunk.logical[end], 2);
+    }
   }
+  for (const FsdpUnit& unit : fsdp)
+    for (std::size_t p : unit.params)
+      if (p < alone.size() && alone[p] && unit.params.size() != 1)
+        throw config::ConfigError(key, "parameter " + params_[p].name +
+                                           " is held by two pipeline stages and must be "
+                                           "alone in its FSDP unit's buffer, but unit " +
+                                           unit.name + " holds " + std::to_string(unit.params.size()) +
+                                           " parameters");
   residency_ = make_sharded_residency(params_, fsdp, units_.size(), strategy, options, runtime, device_);
 }
 

@@ -19,6 +19,7 @@ std::string where(uint32_t chunk, uint32_t microbatch) {
 void Model::start_microbatches(const std::vector<Batch>& microbatches, bool training) {
   if (microbatches.empty()) throw std::runtime_error("a step needs at least one microbatch");
   runs_.clear();
+  peak_in_flight_ = 0;
   const double scale = 1.0 / static_cast<double>(microbatches.size());
   runs_.resize(chunks_.size());
   for (uint32_t c = 0; c < chunks_.size(); ++c)

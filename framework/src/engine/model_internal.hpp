@@ -41,6 +41,7 @@ struct LogicalUnit {
 };
 
 struct Model::Chunk {
+  uint32_t index = 0;                        // among the whole model's chunks (ChunkSpec::index)
   std::size_t first_unit = 0, end_unit = 0;  // its model units [first_unit, end_unit)
   std::vector<LogicalUnit> logical;          // its scheduler units, in forward order
   bool embedding = false, head = false;      // it starts with the embedding, ends with the head
@@ -59,6 +60,7 @@ enum class WeightGrads : uint8_t {
 struct Model::Run {
   const Chunk* chunk = nullptr;
   uint32_t microbatch = 0;
+  int64_t batch_shape[2] = {0, 0};  // its tokens' [batch, seq]
   bool training = false;
   StepProfile* profile = nullptr;  // training runs: the model's profile; evaluation is not timed
   Tensor tokens, targets;          // the batch on the model's device (where the chunk needs them)

@@ -12,9 +12,11 @@
 
 #include "engine/device_ops.hpp"
 #include "engine/model_internal.hpp"
+#include "engine/pipeline_link.hpp"
 #include "engine/unit_call.hpp"
 #include "plexus/core/device.hpp"
 #include "plexus/core/engine/step_profile.hpp"
+#include "plexus/core/engine/timeline.hpp"
 
 namespace plexus {
 namespace {
@@ -69,6 +71,8 @@ std::unique_ptr<Model::Run> Model::start_run(uint32_t chunk_index, const Batch& 
   run->chunk = &chunk;
   run->training = training;
   run->microbatch = microbatch;
+  run->batch_shape[0] = shape[0];
+  run->batch_shape[1] = shape[1];
   run->profile = training ? profile_ : nullptr;
   if (chunk.embedding) run->tokens = batch.tokens.to(device_);
   if (chunk.head) run->targets = batch.targets.to(device_);
@@ -92,10 +96,15 @@ std::unique_ptr<Model::Run> Model::start_run(uint32_t chunk_index, const Batch& 
 
 void Model::forward_stage(Run& run, std::size_t u, uint32_t stage) {
   if (u >= units_.size()) throw std::runtime_error("forward of unit " + std::to_string(u) + ": no such unit");
+  if (link_ && stage == 0 && u == run.chunk->first_unit && !run.chunk->embedding && !run.input_set &&
+      run.forward_unit == u)
+    take_received_input(run);
   check_forward_order(run, u, stage);
   Unit& unit = *units_[u];
   if (stage == 0) residency_->acquire_for_forward(u, run.profile);
   const StepProfile::Scope timed(run.profile, unit.label, StepProfile::Phase::forward);
+  const Timeline::Scope span(run.training ? timeline_ : nullptr, unit.label, "forward", run.microbatch,
+                             run.chunk->index);
   const std::vector<DLTensor> inputs = forward_inputs(run, u, stage);
   if (stage == 0) run.outputs[u] = allocate_outputs(unit, inputs, settings_.activation_dtype, device_);
   call_forward(unit, params_, *run.states[u], stage, {run.microbatch, run.training}, inputs, run.outputs[u]);
@@ -108,6 +117,31 @@ void Model::forward_stage(Run& run, std::size_t u, uint32_t stage) {
   check_output_finite(unit, run.outputs[u], run.microbatch);
   fold_forward(run, u);
   residency_->release_after_forward(u);
+  if (run.training && run.forward_complete()) note_in_flight();
+}
+
+void Model::take_received_input(Run& run) {
+  const Timeline::Scope span(run.training ? timeline_ : nullptr, "wait: input", "comm", run.microbatch,
+                             run.chunk->index);
+  connection_->set_stream(*run.connection,
+                          link_->take(PipelineLink::Direction::forward, run.chunk->index, run.microbatch));
+  run.input_set = true;
+}
+
+void Model::take_received_output_grad(Run& run) {
+  const Timeline::Scope span(timeline_, "wait: output gradient", "comm", run.microbatch, run.chunk->index);
+  connection_->set_grad(*run.connection,
+                        link_->take(PipelineLink::Direction::backward, run.chunk->index, run.microbatch));
+  run.output_grad_set = true;
+}
+
+// What a pipeline schedule keeps alive: microbatches whose forward is done and backward is not.
+void Model::note_in_flight() {
+  std::size_t in_flight = 0;
+  for (const auto& chunk_runs : runs_)
+    for (const auto& r : chunk_runs)
+      if (r->forward_complete() && !r->backward_complete()) ++in_flight;
+  peak_in_flight_ = std::max(peak_in_flight_, in_flight);
 }
 
 // A unit's inputs at each of its stages: the tokens; the connection's input to F; the stream's
@@ -148,11 +182,16 @@ void Model::fold_forward(Run& run, std::size_t u) {
 }
 
 void Model::backward_stage(Run& run, std::size_t u, uint32_t stage) {
+  if (link_ && run.training && u + 1 == run.chunk->end_unit && !run.chunk->head && !run.output_grad_set &&
+      run.forward_complete() && run.backward_unit == static_cast<int64_t>(u) &&
+      stage + 1 == units_[u]->num_stages())
+    take_received_output_grad(run);
   check_backward_order(run, u, stage);
   Unit& unit = *units_[u];
   const bool first_stage = stage + 1 == unit.num_stages();  // backward runs a unit's stages last to first
   if (first_stage) residency_->acquire_for_backward(u, profile_);
   const StepProfile::Scope timed(profile_, unit.label, StepProfile::Phase::backward);
+  const Timeline::Scope span(timeline_, unit.label, "backward", run.microbatch, run.chunk->index);
   ConnectionState& connection = *run.connection;
   Tensor& written = run.grad_inputs[u];
   const auto written_like = [&](const Tensor& like) {
@@ -234,6 +273,8 @@ void Model::backward_weights(Run& run, std::size_t u) {
       break;
   }
   const StepProfile::Scope timed(profile_, unit.label, StepProfile::Phase::backward);
+  const Timeline::Scope span(timeline_, unit.label + " (weights)", "backward", run.microbatch,
+                             run.chunk->index);
   call_backward_weights(unit, params_, *run.states[u], run.microbatch, run.loss_scale_value);
   run.weights[u] = WeightGrads::done;
   finish_unit_backward(run, u);
@@ -246,28 +287,60 @@ void Model::finish_unit_backward(Run& run, std::size_t u) {
   residency_->gradients_complete(run.ledger, u, profile_);
 }
 
+// One batch forward through every chunk of this rank in order; pipelined, each chunk's input
+// comes from the previous stage and its output goes on, so every stage runs this together.
+std::unique_ptr<Model::Run> Model::forward_only(const Batch& batch) {
+  if (!link_) (void)whole_model_chunk("forward");
+  std::unique_ptr<Run> head;
+  try {
+    for (uint32_t c = 0; c < chunks_.size(); ++c) {
+      const Chunk& chunk = chunks_[c];
+      auto run = start_run(c, batch, false, 0, 1.0);
+      if (link_ && !chunk.embedding) {
+        const auto& shape = batch.tokens.shape();
+        link_->receive(PipelineLink::Direction::forward, chunk.index, 0, 1,
+                       connection_->stream_shape(shape[0], shape[1]), settings_.activation_dtype, device_);
+      }
+      for (std::size_t u = chunk.first_unit; u < chunk.end_unit; ++u)
+        for (uint32_t s = 0; s < units_[u]->num_stages(); ++s) forward_stage(*run, u, s);
+      if (chunk.head)
+        head = std::move(run);
+      else
+        link_->send(PipelineLink::Direction::forward, chunk.index, 0, 1,
+                    connection_->take_stream(*run->connection));
+    }
+    if (link_) link_->finish();
+  } catch (...) {
+    if (link_) link_->abandon();
+    throw;
+  }
+  return head;
+}
+
 double Model::evaluate(const Batch& batch) {
-  const Chunk& chunk = whole_model_chunk("evaluate");
-  auto run = start_run(0, batch, false, 0, 1.0);
-  for (std::size_t u = chunk.first_unit; u < chunk.end_unit; ++u)
-    for (uint32_t s = 0; s < units_[u]->num_stages(); ++s) forward_stage(*run, u, s);
-  return run->loss;
+  const std::unique_ptr<Run> head = forward_only(batch);
+  return head ? head->loss : 0.0;
 }
 
 std::vector<float> Model::next_token_logits(const Batch& batch, int64_t position) {
-  const Chunk& chunk = whole_model_chunk("sample");
-  auto run = start_run(0, batch, false, 0, 1.0);
-  for (std::size_t u = chunk.first_unit; u < chunk.end_unit; ++u)
-    for (uint32_t s = 0; s < units_[u]->num_stages(); ++s) forward_stage(*run, u, s);
-  const Tensor& logits = run->outputs[chunk.end_unit - 1].at(1);  // head output 1: [B, S, V]
-  if (!plx_dtype_equal(logits.dtype(), plx_dtype_f32()))
-    throw std::runtime_error(units_[chunk.end_unit - 1]->label +
-                             ": sampling reads float32 logits (head output 1), got " +
-                             dtype_name(logits.dtype()));
-  const int64_t vocab = logits.shape().back();
-  std::vector<float> row(static_cast<std::size_t>(vocab));
-  device::copy(row.data(), DLDevice{kDLCPU, 0}, logits.data<float>() + position * vocab, logits.device(),
-               row.size() * sizeof(float));
+  const std::unique_ptr<Run> head = forward_only(batch);
+  std::vector<float> row(static_cast<std::size_t>(settings_.vocab_size));
+  if (head) {
+    const std::size_t unit = head->chunk->end_unit - 1;
+    const Tensor& logits = head->outputs[unit].at(1);  // head output 1: [B, S, V]
+    if (!plx_dtype_equal(logits.dtype(), plx_dtype_f32()))
+      throw std::runtime_error(units_[unit]->label + ": sampling reads float32 logits (head output 1), got " +
+                               dtype_name(logits.dtype()));
+    const int64_t vocab = logits.shape().back();
+    row.resize(static_cast<std::size_t>(vocab));
+    device::copy(row.data(), DLDevice{kDLCPU, 0}, logits.data<float>() + position * vocab, logits.device(),
+                 row.size() * sizeof(float));
+  }
+  if (link_) {  // the last stage holds the head: every stage samples the same token from its logits
+    const Tensor shared = Tensor::borrowed(row.data(), {static_cast<int64_t>(row.size())}, plx_dtype_f32(),
+                                           DLDevice{kDLCPU, 0});
+    link_->group().broadcast(shared.view(), static_cast<int32_t>(link_->size() - 1));
+  }
   return row;
 }
 

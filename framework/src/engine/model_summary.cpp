@@ -73,6 +73,22 @@ std::vector<Model::UnitSummary> Model::summary() const {
   return rows;
 }
 
+std::vector<uint32_t> Model::parameter_chunks() const {
+  std::vector<uint32_t> chunk_of(params_.size(), 0);
+  std::vector<bool> seen(params_.size(), false);
+  for (const Chunk& chunk : chunks_)
+    for (std::size_t u = chunk.first_unit; u < chunk.end_unit; ++u) {
+      std::vector<std::size_t> declared = units_[u]->params;
+      declared.insert(declared.end(), units_[u]->gradient_params.begin(), units_[u]->gradient_params.end());
+      for (std::size_t p : declared)
+        if (!seen[p]) {
+          seen[p] = true;
+          chunk_of[p] = chunk.index;
+        }
+    }
+  return chunk_of;
+}
+
 double Model::connection_flops_per_token() const {
   return connection_->flops_per_token();
 }

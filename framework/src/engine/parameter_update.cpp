@@ -34,6 +34,8 @@ class WholeUpdate final : public ParameterUpdate {
   WholeUpdate(Model& model, const OptimizerSettings& settings, const UpdateRanks& ranks)
       : model_(model), optimizer_(model.parameters(), settings) {
     if (ranks.sum_over_ep) optimizer_.set_divided_sum(ranks.sum_over_ep);
+    if (ranks.sum_over_stages)
+      optimizer_.set_stage_sum(ranks.ordered_stage_sum, ranks.sum_over_stages, ranks.counted);
   }
 
   void begin_step(int64_t) override { model_.parameters().zero_grads(); }
@@ -41,6 +43,9 @@ class WholeUpdate final : public ParameterUpdate {
   void check_gradients_finite() const override { model_.check_gradients_finite(); }
   double apply(int64_t step) override { return optimizer_.step(step); }
   double last_lr() const override { return optimizer_.last_lr(); }
+  void all_reduce_gradient(std::size_t p, const distributed::Communicator& group) override {
+    group.all_reduce(model_.parameters()[p].grad.view(), distributed::ReduceOp::sum);
+  }
 
   Memory memory() const override {
     Memory m;
@@ -88,7 +93,7 @@ class ShardedUpdate final : public ParameterUpdate {
     options_ = section.at("options");
     config_ = std::make_unique<ConfigHandle>(options_, "distributed.data_parallel.options");
     model.shard_parameters(host.get(PLX_KIND_DATA_PARALLEL, component_), config_->get(),
-                           section.at("layers_per_unit").to_number<int64_t>(), runtime);
+                           section.at("layers_per_unit").to_number<int64_t>(), runtime, ranks.alone);
     sharded_ = model.sharded();
     const distributed::Communicator* dp = ranks.dp;
     std::function<double(double)> sum_over_ep = ranks.sum_over_ep;
@@ -96,6 +101,7 @@ class ShardedUpdate final : public ParameterUpdate {
     optimizer_ = std::make_unique<ShardedAdamW>(
         *sharded_, model.parameters(), settings,
         [dp](double local) { return over(dp, local, distributed::ReduceOp::sum); }, sum_over_ep);
+    if (ranks.sum_over_stages) optimizer_->set_stage_sum(ranks.sum_over_stages, ranks.counted);
   }
   ~ShardedUpdate() override {
     try {
@@ -139,6 +145,22 @@ class ShardedUpdate final : public ParameterUpdate {
   }
   double apply(int64_t step) override { return optimizer_->step(step); }
   double last_lr() const override { return optimizer_->last_lr(); }
+  // The parameter is alone in its buffer (Model::shard_parameters keeps it so), whose layout is then
+  // the same on every stage holding it: this rank's shard of it is summed elementwise.
+  void all_reduce_gradient(std::size_t p, const distributed::Communicator& group) override {
+    const std::size_t k = sharded_->buffer_of(p);
+    const ShardedParameters::Buffer& b = sharded_->buffers()[k];
+    if (b.params.size() != 1)
+      throw std::runtime_error("the gradient of " + model_.parameters()[p].name +
+                               " is summed over pipeline stages, "
+                               "but it shares buffer " +
+                               b.name + " with other parameters");
+    if (b.layout.shard_numel == 0) return;
+    const DataParallelInstance::Shard shard = sharded_->strategy().shard(static_cast<uint32_t>(k));
+    auto* first = static_cast<std::byte*>(shard.grads.data) + shard.grads.byte_offset;
+    const Tensor grads = Tensor::borrowed(first, {b.layout.shard_numel}, plx_dtype_f32(), shard.grads.device);
+    group.all_reduce(grads.view(), distributed::ReduceOp::sum);
+  }
 
   Memory memory() const override {
     const plx_dp_memory held = sharded_->memory();

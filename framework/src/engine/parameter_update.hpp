@@ -33,6 +33,9 @@ class ParameterUpdate {
   virtual void check_gradients_finite() const = 0;
   // Clips and updates every parameter; returns the gradient norm before clipping. `step` is 0-based.
   virtual double apply(int64_t step) = 0;
+  // Sums parameter p's (reduced) gradient over `group`: the stages holding a tied parameter each
+  // get the whole gradient (Megatron's embedding group), after the data-parallel reduction.
+  virtual void all_reduce_gradient(std::size_t p, const distributed::Communicator& group) = 0;
   virtual double last_lr() const = 0;
 
   // Bytes held on this rank now and at their peak.
@@ -62,6 +65,16 @@ struct UpdateRanks {
   const distributed::Communicator* dp = nullptr;
   int64_t dp_rank = 0;
   std::function<double(double)> sum_over_ep;
+  // Pipeline parallelism: the sum over the stages (unset: one stage), the sum of every stage's
+  // squared parameter norms in the whole model's order (AdamW::set_stage_sum), and by parameter
+  // whether this stage counts it in the gradient norm (empty: all; a tied copy counts on its owner
+  // only).
+  std::function<double(double)> sum_over_stages;
+  std::function<double(const std::vector<double>&)> ordered_stage_sum;
+  std::vector<bool> counted;
+  // Parameters that must be alone in their FSDP unit's buffer (the tied ones: their reduced
+  // gradients are summed over the stages shard by shard, so the layouts must agree).
+  std::vector<bool> alone;
 };
 
 // AdamW over the whole store.

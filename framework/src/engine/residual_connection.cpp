@@ -18,6 +18,7 @@ ResidualState& residual(ConnectionState& state) {
 
 class ResidualConnection final : public Connection {
  public:
+  explicit ResidualConnection(int64_t hidden) : hidden_(hidden) {}
   std::vector<std::size_t> declare(std::size_t, const std::string&, const std::string&,
                                    ParameterStore&) override {
     return {};
@@ -57,13 +58,19 @@ class ResidualConnection final : public Connection {
     residual(state).grad = std::move(grad);
   }
 
+  std::vector<int64_t> stream_shape(int64_t batch, int64_t seq) const override {
+    return {batch, seq, hidden_};
+  }
   double flops_per_token() const override { return 0; }
+
+ private:
+  int64_t hidden_;
 };
 
 }  // namespace
 
-std::unique_ptr<Connection> make_residual_connection() {
-  return std::make_unique<ResidualConnection>();
+std::unique_ptr<Connection> make_residual_connection(int64_t hidden_size) {
+  return std::make_unique<ResidualConnection>(hidden_size);
 }
 
 }  // namespace plexus

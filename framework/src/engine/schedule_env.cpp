@@ -3,12 +3,16 @@
 // callback keeps the first exception and returns a status; forward_backward rethrows it after
 // the scheduler returns, so the user sees the engine's own error (e.g. a non-finite loss).
 //
-// A scheduler's units are the logical units of the model's one chunk (the embedding, each
-// logical decoder layer, the final norm, the head); a unit's stages are its model units' in order.
+// A scheduler's units are the logical units of this rank's chunks, chunk after chunk (the
+// embedding, each logical decoder layer, the final norm, the head, as far as a chunk holds them);
+// a unit's stages are its model units' in order. Pipelined (ABI 1.7), the scheduler also moves the
+// chunks' boundaries between stages (PipelineLink).
 #include <exception>
 
 #include "engine/model_internal.hpp"
+#include "engine/pipeline_link.hpp"
 #include "host_services/last_error.hpp"
+#include "plexus/core/engine/timeline.hpp"
 
 namespace plexus {
 
@@ -31,39 +35,59 @@ struct ScheduleEnvBridge {
       return detail::fail(PLX_ERR_INTERNAL, "unknown exception in the engine");
     }
   }
-  static const Model::Chunk& chunk(const Model& m) { return m.chunks_[0]; }
-  static Model::Run& run_of(Model& m, uint32_t microbatch) {
-    if (microbatch >= m.runs_[0].size())
-      throw std::runtime_error("scheduler asked for microbatch " + std::to_string(microbatch) + " of " +
-                               std::to_string(m.runs_[0].size()));
-    return *m.runs_[0][microbatch];
+
+  // A scheduler's unit: its chunk and its logical unit there.
+  struct Place {
+    uint32_t chunk = 0;
+    const LogicalUnit* logical = nullptr;
+  };
+  static uint32_t unit_count(const Model& m) {
+    uint32_t total = 0;
+    for (const Model::Chunk& chunk : m.chunks_) total += static_cast<uint32_t>(chunk.logical.size());
+    return total;
   }
-  static const LogicalUnit& logical_of(const Model& m, uint32_t unit) {
-    const std::vector<LogicalUnit>& logical = chunk(m).logical;
-    if (unit >= logical.size())
-      throw std::runtime_error("scheduler asked for unit " + std::to_string(unit) + " of " +
-                               std::to_string(logical.size()));
-    return logical[unit];
+  static Place place_of(const Model& m, uint32_t unit) {
+    uint32_t first = 0;
+    for (uint32_t c = 0; c < m.chunks_.size(); ++c) {
+      const auto count = static_cast<uint32_t>(m.chunks_[c].logical.size());
+      if (unit < first + count) return {c, &m.chunks_[c].logical[unit - first]};
+      first += count;
+    }
+    throw std::runtime_error("scheduler asked for unit " + std::to_string(unit) + " of " +
+                             std::to_string(unit_count(m)));
+  }
+  static const Model::Chunk& chunk_at(const Model& m, uint32_t chunk) {
+    if (chunk >= m.chunks_.size())
+      throw std::runtime_error("scheduler asked for chunk " + std::to_string(chunk) + " of " +
+                               std::to_string(m.chunks_.size()));
+    return m.chunks_[chunk];
+  }
+  static Model::Run& run_of(Model& m, uint32_t chunk, uint32_t microbatch) {
+    if (microbatch >= m.runs_.at(chunk).size())
+      throw std::runtime_error("scheduler asked for microbatch " + std::to_string(microbatch) + " of " +
+                               std::to_string(m.runs_.at(chunk).size()));
+    return *m.runs_[chunk][microbatch];
   }
   struct ModelStage {
+    uint32_t chunk = 0;
     std::size_t unit = 0;
     uint32_t stage = 0;
   };
   static ModelStage model_stage(const Model& m, uint32_t unit, uint32_t stage) {
-    const LogicalUnit& logical = logical_of(m, unit);
+    const Place place = place_of(m, unit);
     uint32_t local = stage;
-    for (std::size_t u = logical.first; u < logical.first + logical.count; ++u) {
+    for (std::size_t u = place.logical->first; u < place.logical->first + place.logical->count; ++u) {
       const uint32_t stages = m.units_[u]->num_stages();
-      if (local < stages) return {u, local};
+      if (local < stages) return {place.chunk, u, local};
       local -= stages;
     }
     throw std::runtime_error("scheduler asked for stage " + std::to_string(stage) + " of unit " +
                              std::to_string(unit) + ", which has " + std::to_string(stage - local));
   }
   static uint32_t stage_count(const Model& m, uint32_t unit) {
-    const LogicalUnit& logical = logical_of(m, unit);
+    const Place place = place_of(m, unit);
     uint32_t total = 0;
-    for (std::size_t u = logical.first; u < logical.first + logical.count; ++u)
+    for (std::size_t u = place.logical->first; u < place.logical->first + place.logical->count; ++u)
       total += m.units_[u]->num_stages();
     return total;
   }
@@ -81,47 +105,105 @@ struct ScheduleEnvBridge {
   static plx_status forward(void* ctx, uint32_t mb, uint32_t unit, uint32_t stage, plx_stream) noexcept {
     return call(ctx, [&](Model& m) {
       const ModelStage p = model_stage(m, unit, stage);
-      m.forward_stage(run_of(m, mb), p.unit, p.stage);
+      m.forward_stage(run_of(m, p.chunk, mb), p.unit, p.stage);
     });
   }
   static plx_status backward(void* ctx, uint32_t mb, uint32_t unit, uint32_t stage, plx_stream) noexcept {
     return call(ctx, [&](Model& m) {
       const ModelStage p = model_stage(m, unit, stage);
-      m.backward_stage(run_of(m, mb), p.unit, p.stage);
+      m.backward_stage(run_of(m, p.chunk, mb), p.unit, p.stage);
     });
   }
   // A logical unit's weight gradients: its model units' in backward order.
   static plx_status backward_weights(void* ctx, uint32_t mb, uint32_t unit, plx_stream) noexcept {
     return call(ctx, [&](Model& m) {
-      Model::Run& run = run_of(m, mb);
-      const LogicalUnit& logical = logical_of(m, unit);
-      for (std::size_t u = logical.first + logical.count; u-- > logical.first;) m.backward_weights(run, u);
+      const Place place = place_of(m, unit);
+      Model::Run& run = run_of(m, place.chunk, mb);
+      for (std::size_t u = place.logical->first + place.logical->count; u-- > place.logical->first;)
+        m.backward_weights(run, u);
     });
   }
   static plx_status split_weight_gradients(void* ctx) noexcept {
     return call(ctx, [&](Model& m) {
-      const std::size_t last = chunk(m).end_unit - 1;
-      for (const auto& run : m.runs_[0])
-        if (run->backward_unit != static_cast<int64_t>(last) ||
-            run->backward_stage + 1 != m.units_[last]->num_stages() ||
-            run->weights[last] != WeightGrads::with_backward)
-          throw std::runtime_error(
-              "split_weight_gradients: the scheduler must ask before the step's first backward "
-              "call (microbatch " +
-              std::to_string(run->microbatch) + " has begun its backward)");
+      for (const auto& chunk_runs : m.runs_)
+        for (const auto& run : chunk_runs) {
+          const std::size_t last = run->chunk->end_unit - 1;
+          if (run->backward_unit != static_cast<int64_t>(last) ||
+              run->backward_stage + 1 != m.units_[last]->num_stages() ||
+              run->weights[last] != WeightGrads::with_backward)
+            throw std::runtime_error(
+                "split_weight_gradients: the scheduler must ask before the step's first backward call "
+                "(microbatch " +
+                std::to_string(run->microbatch) + " has begun its backward)");
+        }
       m.split_weights_ = true;
+    });
+  }
+
+  // ---- ABI 1.7: chunks and the transfers between pipeline stages ----
+  static plx_status chunk_units(void* ctx, uint32_t chunk, uint32_t* first, uint32_t* count) noexcept {
+    return call(ctx, [&](Model& m) {
+      (void)chunk_at(m, chunk);
+      uint32_t before = 0;
+      for (uint32_t c = 0; c < chunk; ++c) before += static_cast<uint32_t>(m.chunks_[c].logical.size());
+      *first = before;
+      *count = static_cast<uint32_t>(m.chunks_[chunk].logical.size());
+    });
+  }
+  static PipelineLink& link_of(Model& m, const char* call) {
+    if (!m.link_)
+      throw std::runtime_error(
+          std::string("scheduler called ") + call +
+          ", but this model is not a pipeline stage (pp = 1): there is nothing to transfer");
+    return *m.link_;
+  }
+  static uint32_t microbatches(const Model& m) {
+    return static_cast<uint32_t>(m.runs_.empty() ? 0 : m.runs_[0].size());
+  }
+  static std::vector<int64_t> stream_shape(const Model::Run& run, const Model& m) {
+    return m.connection_->stream_shape(run.batch_shape[0], run.batch_shape[1]);
+  }
+  static plx_status send_forward(void* ctx, uint32_t mb, uint32_t chunk) noexcept {
+    return call(ctx, [&](Model& m) {
+      PipelineLink& link = link_of(m, "send_forward");
+      const uint32_t index = chunk_at(m, chunk).index;
+      link.send(PipelineLink::Direction::forward, index, mb, microbatches(m), m.take_chunk_output(chunk, mb));
+    });
+  }
+  static plx_status recv_forward(void* ctx, uint32_t mb, uint32_t chunk) noexcept {
+    return call(ctx, [&](Model& m) {
+      PipelineLink& link = link_of(m, "recv_forward");
+      const Model::Run& run = run_of(m, chunk, mb);
+      link.receive(PipelineLink::Direction::forward, chunk_at(m, chunk).index, mb, microbatches(m),
+                   stream_shape(run, m), m.settings_.activation_dtype, m.device_);
+    });
+  }
+  static plx_status send_backward(void* ctx, uint32_t mb, uint32_t chunk) noexcept {
+    return call(ctx, [&](Model& m) {
+      PipelineLink& link = link_of(m, "send_backward");
+      const uint32_t index = chunk_at(m, chunk).index;
+      link.send(PipelineLink::Direction::backward, index, mb, microbatches(m),
+                m.take_chunk_input_grad(chunk, mb));
+    });
+  }
+  static plx_status recv_backward(void* ctx, uint32_t mb, uint32_t chunk) noexcept {
+    return call(ctx, [&](Model& m) {
+      PipelineLink& link = link_of(m, "recv_backward");
+      const Model::Run& run = run_of(m, chunk, mb);
+      link.receive(PipelineLink::Direction::backward, chunk_at(m, chunk).index, mb, microbatches(m),
+                   stream_shape(run, m), m.settings_.activation_dtype, m.device_);
     });
   }
 };
 
 double Model::forward_backward(const SchedulerInstance& scheduler, const std::vector<Batch>& microbatches) {
-  const Chunk& whole = whole_model_chunk("forward_backward");
+  if (!link_) (void)whole_model_chunk("forward_backward");
   start_microbatches(microbatches, true);
   ScheduleEnvBridge bridge{this, nullptr};
   plx_schedule_env env{};
   env.struct_size = sizeof(env);
   env.num_microbatches = static_cast<uint32_t>(microbatches.size());
-  env.num_units = static_cast<uint32_t>(whole.logical.size());
+  env.num_units = ScheduleEnvBridge::unit_count(*this);
   env.ctx = &bridge;
   env.unit_num_stages = &ScheduleEnvBridge::num_stages;
   env.unit_stage = &ScheduleEnvBridge::stage;
@@ -130,14 +212,30 @@ double Model::forward_backward(const SchedulerInstance& scheduler, const std::ve
   // Weight gradients come with the input gradients unless the scheduler asks for them apart.
   env.backward_weights = &ScheduleEnvBridge::backward_weights;
   env.split_weight_gradients = &ScheduleEnvBridge::split_weight_gradients;
+  env.num_chunks = static_cast<uint32_t>(chunks_.size());
+  env.pipeline_rank = link_ ? link_->rank() : 0;
+  env.pipeline_size = link_ ? link_->size() : 1;
+  env.chunk_units = &ScheduleEnvBridge::chunk_units;
+  env.send_forward = &ScheduleEnvBridge::send_forward;
+  env.recv_forward = &ScheduleEnvBridge::recv_forward;
+  env.send_backward = &ScheduleEnvBridge::send_backward;
+  env.recv_backward = &ScheduleEnvBridge::recv_backward;
   split_weights_ = false;
   try {
-    scheduler.run_step(env);
+    {
+      const Timeline::Scope span(timeline_, "pipeline schedule", "step");
+      scheduler.run_step(env);
+    }
     split_weights_ = false;
+    if (link_) {
+      const Timeline::Scope span(timeline_, "wait: sends", "comm");
+      link_->finish();
+    }
     return finish_microbatches();
   } catch (...) {
     runs_.clear();
     split_weights_ = false;
+    if (link_) link_->abandon();
     if (bridge.error) std::rethrow_exception(bridge.error);
     throw;
   }

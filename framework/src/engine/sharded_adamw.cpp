@@ -1,6 +1,8 @@
 #include "engine/sharded_adamw.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "engine/adamw_step.hpp"
 #include "engine/device_ops.hpp"
@@ -10,7 +12,8 @@ namespace {
 
 // A float32 view of `count` elements of a strategy's tensor from element `begin`.
 Tensor elements(const DLTensor& t, int64_t begin, int64_t count) {
-  auto* data = static_cast<std::byte*>(t.data) + t.byte_offset + static_cast<std::size_t>(begin) * sizeof(float);
+  auto* data =
+      static_cast<std::byte*>(t.data) + t.byte_offset + static_cast<std::size_t>(begin) * sizeof(float);
   return Tensor::borrowed(data, {count}, plx_dtype_f32(), t.device);
 }
 
@@ -21,7 +24,8 @@ Tensor elements(const Tensor& t, int64_t begin, int64_t count) {
 }  // namespace
 
 ShardedAdamW::ShardedAdamW(ShardedParameters& sharded, ParameterStore& params, OptimizerSettings settings,
-                           std::function<double(double)> sum_over_dp, std::function<double(double)> sum_over_ep)
+                           std::function<double(double)> sum_over_dp,
+                           std::function<double(double)> sum_over_ep)
     : sharded_(&sharded),
       params_(&params),
       settings_(std::move(settings)),
@@ -39,6 +43,24 @@ uint64_t ShardedAdamW::state_bytes() const {
   return bytes;
 }
 
+void ShardedAdamW::set_stage_sum(std::function<double(double)> sum_over_stages,
+                                 const std::vector<bool>& counted) {
+  sum_over_stages_ = std::move(sum_over_stages);
+  buffer_counted_.assign(sharded_->buffers().size(), true);
+  if (counted.empty()) return;
+  for (std::size_t k = 0; k < buffer_counted_.size(); ++k) {
+    const ShardedParameters::Buffer& b = sharded_->buffers()[k];
+    const auto uncounted =
+        std::count_if(b.params.begin(), b.params.end(), [&](std::size_t p) { return !counted[p]; });
+    if (uncounted > 0 && uncounted < static_cast<std::ptrdiff_t>(b.params.size()))
+      throw std::runtime_error(
+          "buffer " + b.name +
+          " mixes parameters that another pipeline stage counts in the "
+          "gradient norm with its own: a parameter two stages hold must be alone in its buffer");
+    buffer_counted_[k] = uncounted == 0;
+  }
+}
+
 double ShardedAdamW::step(int64_t step) {
   const auto& buffers = sharded_->buffers();
   std::vector<DataParallelInstance::Shard> shards;
@@ -46,7 +68,7 @@ double ShardedAdamW::step(int64_t step) {
   for (std::size_t k = 0; k < buffers.size(); ++k) {
     const ShardedParameters::Buffer& b = buffers[k];
     shards.push_back(sharded_->strategy().shard(static_cast<uint32_t>(k)));
-    if (b.layout.shard_numel == 0) continue;
+    if (b.layout.shard_numel == 0 || (!buffer_counted_.empty() && !buffer_counted_[k])) continue;
     const Tensor grads = elements(shards.back().grads, 0, b.layout.shard_numel);
     const double sum = device_ops::sum_of_squares({&grads});
     if ((b.layout.flags & PLX_DP_OPTIM_SHARDED) != 0)
@@ -56,7 +78,9 @@ double ShardedAdamW::step(int64_t step) {
     else
       experts += sum;
   }
-  const double norm = std::sqrt(replicated + sum_over_ep_(experts) + sum_over_dp_(partitioned));
+  double sum_sq = replicated + sum_over_ep_(experts) + sum_over_dp_(partitioned);
+  if (sum_over_stages_) sum_sq = sum_over_stages_(sum_sq);
+  const double norm = std::sqrt(sum_sq);
   const double lr = learning_rate(settings_, step);
   last_lr_ = lr;
   vector_ops::AdamWStep update = adamw_step_constants(settings_, step, norm);

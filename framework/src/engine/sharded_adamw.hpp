@@ -21,6 +21,10 @@ class ShardedAdamW {
   // ep rank, which holds other experts.
   ShardedAdamW(ShardedParameters& sharded, ParameterStore& params, OptimizerSettings settings,
                std::function<double(double)> sum_over_dp, std::function<double(double)> sum_over_ep);
+  // Pipeline parallelism: the global norm adds every stage's part, and a buffer whose parameters
+  // another stage counts (the tied embedding's copy, alone in its buffer) is left out (`counted`:
+  // by parameter; empty: all).
+  void set_stage_sum(std::function<double(double)> sum_over_stages, const std::vector<bool>& counted);
   // Clips and updates every shard; returns the norm before clipping. `step` is 0-based.
   double step(int64_t step);
   double last_lr() const noexcept { return last_lr_; }
@@ -35,6 +39,8 @@ class ShardedAdamW {
   OptimizerSettings settings_;
   std::function<double(double)> sum_over_dp_, sum_over_ep_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  std::function<double(double)> sum_over_stages_;
+  std::vector<bool> buffer_counted_;  // by buffer; empty: all
   double last_lr_ = 0;
 };
 

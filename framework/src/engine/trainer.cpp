@@ -8,6 +8,7 @@
 #include "engine/sharded_parameters.hpp"
 #include "engine/trainer_impl.hpp"
 #include "plexus/core/config.hpp"
+#include "plexus/core/engine/pipeline_layout.hpp"
 
 namespace plexus {
 namespace {
@@ -19,15 +20,15 @@ int64_t get_int(const boost::json::value& root, const char* section, const char*
 // The trainer's layers are not model-parallel: every group but dp and ep must be a single rank.
 // The ep ranks are data-parallel ranks of the dense part (each trains its own share of the
 // batch); only the MoE layers' experts are divided over them.
-void require_data_and_expert_parallel_only(const distributed::Runtime& runtime) {
-  for (const char* kind : {"tp", "cp", "pp", "expert_tp"}) {
+void require_supported_parallelism(const distributed::Runtime& runtime) {
+  for (const char* kind : {"tp", "cp", "expert_tp"}) {
     const distributed::Communicator* group = runtime.group(kind);
     if (group != nullptr && group->size() > 1)
       throw config::ConfigError("distributed.topology.options",
                                 "the " + std::string(kind) + " groups have " + std::to_string(group->size()) +
                                     " ranks, but the trainer's layers are not " + kind +
-                                    "-parallel: it runs data parallelism and expert parallelism only "
-                                    "(set tp, cp, pp and expert_tp to 1)");
+                                    "-parallel: it runs data, pipeline and expert parallelism "
+                                    "(set tp, cp and expert_tp to 1)");
   }
 }
 
@@ -76,31 +77,66 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
 
   t.runtime = runtime;
   if (runtime != nullptr) {
-    require_data_and_expert_parallel_only(*runtime);
+    require_supported_parallelism(*runtime);
     t.writer = runtime->rank() == 0;
     const distributed::Communicator& dp = runtime->data_parallel();
     t.dp_rank = dp.rank();
     t.dp_size = dp.size();
     if (t.dp_size > 1) t.dp = &dp;
+    if (const distributed::Communicator* pp = runtime->group("pp"); pp != nullptr && pp->size() > 1)
+      t.pp = pp;
   }
   // More than one data-parallel rank: a strategy will hold the parameters, so the model is built
-  // without allocating them and initialized once they are sharded.
-  t.model = std::make_unique<Model>(host, rc, ModelOptions{{}, t.dp != nullptr});
+  // without allocating them and initialized once they are sharded. More than one pipeline stage:
+  // this rank builds its chunks only.
+  ModelOptions options;
+  options.deferred_parameters = t.dp != nullptr;
+  if (t.pp != nullptr) {
+    t.layout = pipeline_layout(plan_decoder(host, rc), PipelineSettings::from_run_config(rc), t.pp->size());
+    options.placement = t.layout.placement_of(static_cast<uint32_t>(t.pp->rank()));
+    options.pipeline_group = t.pp;
+    options.model_chunks = static_cast<uint32_t>(t.layout.chunks.size());
+  }
+  t.model = std::make_unique<Model>(host, rc, options);
   t.seq_length = t.model->settings().seq_length;
   t.scheduler_config = std::make_unique<ConfigHandle>(rc.at("scheduler").at("options"), "scheduler.options");
   t.scheduler = std::make_unique<SchedulerInstance>(
       host.get(PLX_KIND_SCHEDULER, std::string(rc.at("scheduler").at("component").as_string())),
       t.scheduler_config->get());
-  const UpdateRanks ranks{t.dp, t.dp_rank, sum_over_divided_experts(runtime)};
+  UpdateRanks ranks;
+  ranks.dp = t.dp;
+  ranks.dp_rank = t.dp_rank;
+  ranks.sum_over_ep = sum_over_divided_experts(runtime);
+  if (t.pp != nullptr) {
+    // Each stage holds part of the model: the norm adds them, a tied copy counts on its owner, and
+    // the stages holding a tied parameter sum its gradient (the embedding group).
+    t.stages = gather_pipeline_stages(*t.pp, t.model->parameters(), t.model->parameter_chunks());
+    ranks.sum_over_stages = [&t](double local) { return t.over_pipeline(local); };
+    ranks.ordered_stage_sum = [&t](const std::vector<double>& squares) {
+      return t.stages.ordered_sum(*t.pp, squares);
+    };
+    ranks.counted = t.stages.owned;
+    ranks.alone = t.stages.shared;
+    t.tied_group = t.pp->split(t.stages.holds_shared() ? 0 : -1, t.pp->rank(), "embedding");
+    // Collective: whether world rank 0, which writes checkpoints, is in this pp group.
+    const bool writer_in_group = t.over_pipeline(runtime->rank() == 0 ? 1.0 : 0.0) > 0;
+    t.sends_to_writer = writer_in_group && t.pp->rank() > 0;
+  }
   const OptimizerSettings optimizer = OptimizerSettings::from_run_config(rc);
   t.update = t.dp != nullptr ? make_sharded_update(host, rc, *t.model, *runtime, optimizer, ranks)
                              : make_whole_update(*t.model, optimizer, ranks);
-  t.collective_forward = static_cast<bool>(ranks.sum_over_ep) ||
+  t.collective_forward = static_cast<bool>(ranks.sum_over_ep) || t.pp != nullptr ||
                          (t.model->sharded() != nullptr && t.model->sharded()->values_sharded());
   t.model->initialize(t.seed);
   if (rc.at("train").at("profile").as_bool()) {
     t.profile = std::make_unique<StepProfile>(t.model->device());
     t.model->set_profile(t.profile.get());
+  }
+  if (const int64_t traced = get_int(rc.at("train"), "trace", "steps"); traced > 0) {
+    t.trace_first = get_int(rc.at("train"), "trace", "first_step") - 1;
+    t.trace_end = t.trace_first + traced;
+    t.timeline = std::make_unique<Timeline>(t.model->device());
+    t.model->set_timeline(t.timeline.get());
   }
   for (int64_t i = 0; i < t.microbatches; ++i)
     t.batches.push_back(Batch{Tensor({t.micro_batch_size, t.seq_length}, plx_dtype_i32()),
@@ -124,6 +160,22 @@ double Trainer::Impl::over_ranks(double value, distributed::ReduceOp op) const {
   return *scalar.data<double>();
 }
 
+double Trainer::Impl::over_pipeline(double value) const {
+  if (pp == nullptr) return value;
+  Tensor scalar({1}, plx_dtype_f64());
+  *scalar.data<double>() = value;
+  pp->all_reduce(scalar.view(), distributed::ReduceOp::sum);
+  return *scalar.data<double>();
+}
+
+double Trainer::Impl::over_job(double value, distributed::ReduceOp op) const {
+  if (runtime == nullptr || runtime->world_size() == 1) return value;
+  Tensor scalar({1}, plx_dtype_f64());
+  *scalar.data<double>() = value;
+  runtime->world().all_reduce(scalar.view(), op);
+  return *scalar.data<double>();
+}
+
 void Trainer::Impl::barrier() const {
   if (runtime != nullptr && runtime->world_size() > 1) runtime->world().barrier();
 }
@@ -142,14 +194,24 @@ Trainer::Impl::StepResult Trainer::Impl::train_step(int64_t step) {
   }
   StepResult result;
   result.loss = model->forward_backward(*scheduler, batches);
-  update->finish_gradients(profile.get());
-  result.loss = over_ranks(result.loss, distributed::ReduceOp::avg);
+  {
+    const Timeline::Scope span(timeline.get(), "gradient reduction (wait)", "comm");
+    update->finish_gradients(profile.get());
+  }
+  if (tied_group != nullptr) {  // after the data-parallel reduction, as Megatron
+    const Timeline::Scope span(timeline.get(), "tied embedding all-reduce", "comm");
+    for (std::size_t p = 0; p < stages.shared.size(); ++p)
+      if (stages.shared[p]) update->all_reduce_gradient(p, *tied_group);
+  }
+  // The loss is the last stage's; the stages' sum is it on every stage.
+  result.loss = over_ranks(over_pipeline(result.loss), distributed::ReduceOp::avg);
   {
     const StepProfile::Scope timed(profile.get(), "gradient finiteness check", Phase::update);
     update->check_gradients_finite();
   }
   {
     const StepProfile::Scope timed(profile.get(), "optimizer (clip, AdamW)", Phase::update);
+    const Timeline::Scope span(timeline.get(), "optimizer (clip, AdamW)", "update");
     result.grad_norm = update->apply(step);
   }
   if (model->has_after_step()) {
@@ -175,7 +237,9 @@ TrainResult Trainer::run(const TrainerEvents& events) {
   };
   const bool stopped_first = t.start_step < t.steps && stopped_after(t.start_step);
   for (int64_t step = t.start_step; step < t.steps && !stopped_first; ++step) {
+    t.trace_before_step(step);
     const Impl::StepResult trained = t.train_step(step);
+    t.trace_after_step(step, events);
     t.report_step(step, trained, progress, events);
     result.losses.push_back(trained.loss);
     const int64_t done = result.steps_done = step + 1;

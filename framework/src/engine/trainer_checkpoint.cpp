@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <cstring>
+#include <set>
 
+#include "engine/pipeline_checkpoint.hpp"
 #include "engine/trainer_impl.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "plexus/core/checkpoint/stored_tensor.hpp"
@@ -97,12 +99,13 @@ struct Wanted {
 // Where each of `tensors` is in `file` (either spelling or an alias, either layout of phi),
 // checked against what the model expects; the tensors in phi's earlier layout are added to
 // `earlier`. `elsewhere`: tensors the file holds that other ranks load (the experts of the rest of
-// the ep group), expected in the file but not read here.
+// the ep group), expected in the file but not read here; `others_allowed`: the file may hold
+// tensors this rank does not list (a pipeline stage loads its own part of the model).
 std::vector<checkpoint::StoredTensor> locate_all(const checkpoint::SafetensorsFile& file,
                                                  const std::vector<Wanted>& tensors,
                                                  checkpoint::NameStyle style,
                                                  std::vector<std::string>& earlier,
-                                                 const std::vector<Wanted>& elsewhere) {
+                                                 const std::vector<Wanted>& elsewhere, bool others_allowed) {
   std::vector<checkpoint::StoredTensor> found;
   std::vector<checkpoint::ExpectedTensor> expected;
   for (const Wanted& t : tensors) {
@@ -113,6 +116,15 @@ std::vector<checkpoint::StoredTensor> locate_all(const checkpoint::SafetensorsFi
   for (const Wanted& t : elsewhere) {
     const checkpoint::StoredTensor other = checkpoint::locate(file, t.names, t.shape, style);
     expected.push_back({other.name, other.shape, checkpoint::DType::f32});
+  }
+  if (others_allowed) {
+    std::set<std::string> listed;
+    for (const auto& e : expected) listed.insert(e.name);
+    for (const std::string& name : file.names())
+      if (!listed.contains(name)) {
+        const checkpoint::TensorInfo& info = file.info(name);
+        expected.push_back({name, info.shape, info.dtype});
+      }
   }
   checkpoint::expect_tensors_match(file, expected);
   return found;
@@ -230,60 +242,67 @@ std::filesystem::path Trainer::Impl::save_checkpoint(int64_t steps_done) {
   const ParameterStore& params = model->parameters();
   const distributed::Communicator* ep = runtime != nullptr ? runtime->group("ep") : nullptr;
   const bool experts_divided = ep != nullptr && ep->size() > 1;
+  const std::vector<uint32_t> chunk_of = model->parameter_chunks();
   SaveWalk walk(*update, params, ep);
-  std::vector<checkpoint::TensorData> model_tensors, optimizer_tensors;
-  const auto entry = [&](const checkpoint::TensorNames& names, const std::vector<int64_t>& shape,
-                         std::function<void(const checkpoint::StoredTensor&, std::span<std::byte>)> fill) {
-    const checkpoint::StoredTensor form = checkpoint::stored_form(names, shape, checkpoint_names);
+  ChunkedEntries model_entries, optimizer_entries;
+  // One tensor of parameter p: its stored form, and the fill that produces its bytes.
+  const auto add = [&](ChunkedEntries& entries, std::size_t p, const checkpoint::TensorNames& names,
+                       std::function<void(const checkpoint::StoredTensor&, std::span<std::byte>)> fill) {
+    const checkpoint::StoredTensor form = checkpoint::stored_form(names, params[p].shape, checkpoint_names);
     checkpoint::TensorData t;
     t.name = form.name;
     t.dtype = checkpoint::DType::f32;
     t.shape = form.shape;
     t.fill = [form, fill = std::move(fill)](std::span<std::byte> out) { fill(form, out); };
-    return t;
+    entries.tensors.push_back(std::move(t));
+    entries.chunks.push_back(chunk_of[p]);
   };
   for (std::size_t p = 0; p < params.size(); ++p) {
     const Parameter& param = params[p];
+    if (pp != nullptr && !stages.owned[p]) continue;  // a tied copy: its owner's stage writes it
     const checkpoint::TensorNames names = names_of(param, model->plan());
     if (param.is_buffer()) {  // whole on every rank, in the store; no moments
-      model_tensors.push_back(entry(names, param.shape, [&, p](const auto& form, std::span<std::byte> out) {
-        write_stored(form, params[p].value, out);
-      }));
+      add(model_entries, p, names,
+          [&, p](const auto& form, std::span<std::byte> out) { write_stored(form, params[p].value, out); });
       continue;
     }
     if (experts_divided && param.grad_group != "dp") {
       const std::vector<checkpoint::TensorNames> ranks = expert_names(*ep, names);
       for (std::size_t r = 0; r < ranks.size(); ++r)
-        model_tensors.push_back(
-            entry(ranks[r], param.shape, [&, p, r](const auto& form, std::span<std::byte> out) {
-              write_stored(form, walk.expert_value(p, r).value, out);
-            }));
+        add(model_entries, p, ranks[r], [&, p, r](const auto& form, std::span<std::byte> out) {
+          write_stored(form, walk.expert_value(p, r).value, out);
+        });
       for (int which = 0; which < 2; ++which)
         for (std::size_t r = 0; r < ranks.size(); ++r)
-          optimizer_tensors.push_back(entry(ranks[r].with_suffix(kMomentSuffix[which]), param.shape,
-                                            [&, p, r, which](const auto& form, std::span<std::byte> out) {
-                                              write_stored(form, walk.expert_moment(p, which, r).value, out);
-                                            }));
+          add(optimizer_entries, p, ranks[r].with_suffix(kMomentSuffix[which]),
+              [&, p, r, which](const auto& form, std::span<std::byte> out) {
+                write_stored(form, walk.expert_moment(p, which, r).value, out);
+              });
       continue;
     }
-    model_tensors.push_back(entry(names, param.shape, [&, p](const auto& form, std::span<std::byte> out) {
-      write_stored(form, walk.value(p), out);
-    }));
+    add(model_entries, p, names,
+        [&, p](const auto& form, std::span<std::byte> out) { write_stored(form, walk.value(p), out); });
     for (int which = 0; which < 2; ++which)
-      optimizer_tensors.push_back(entry(names.with_suffix(kMomentSuffix[which]), param.shape,
-                                        [&, p, which](const auto& form, std::span<std::byte> out) {
-                                          write_stored(form, walk.moment(p, which), out);
-                                        }));
+      add(optimizer_entries, p, names.with_suffix(kMomentSuffix[which]),
+          [&, p, which](const auto& form, std::span<std::byte> out) {
+            write_stored(form, walk.moment(p, which), out);
+          });
+  }
+  if (pp != nullptr) {  // one set of files for every stage (pipeline_checkpoint.hpp)
+    if (writer)
+      merge_from_stages(*pp, model_entries, optimizer_entries);
+    else if (sends_to_writer)
+      send_to_writer(*pp, model_entries, optimizer_entries);
   }
   std::filesystem::path dir = root / checkpoint::checkpoint_dir_name(steps_done);
   if (writer) {
-    dir = checkpoint::write_checkpoint(root, steps_done, model_tensors, optimizer_tensors,
+    dir = checkpoint::write_checkpoint(root, steps_done, model_entries.tensors, optimizer_entries.tensors,
                                        checkpoint_state(steps_done),
                                        {{checkpoint::kLinearLayoutKey, checkpoint::kLinearLayoutOutIn}});
     for (const auto& removed : checkpoint::prune_checkpoints(root, keep_last))
       Logger::global().log(LogLevel::debug, "trainer", "removed old checkpoint " + removed.string());
   } else {
-    checkpoint::run_checkpoint_fills(model_tensors, optimizer_tensors);
+    checkpoint::run_checkpoint_fills(model_entries.tensors, optimizer_entries.tensors);
   }
   update->end_save();
   barrier();
@@ -421,10 +440,11 @@ void Trainer::Impl::load_tensors(const std::filesystem::path& dir,
     }
   }
   std::vector<std::string> earlier_parameters, earlier_moments;
+  const bool stage = pp != nullptr;  // the file holds every stage's tensors
   const auto stored_parameters =
-      locate_all(loaded.model, parameters, checkpoint_names, earlier_parameters, other_parameters);
+      locate_all(loaded.model, parameters, checkpoint_names, earlier_parameters, other_parameters, stage);
   const auto stored_moments =
-      locate_all(loaded.optimizer, moments, checkpoint_names, earlier_moments, other_moments);
+      locate_all(loaded.optimizer, moments, checkpoint_names, earlier_moments, other_moments, stage);
   model->write_parameters(
       [&](std::size_t p) { copy_into(params[p].value, loaded.model, stored_parameters[p]); });
   update->load_moments([&](std::size_t p, int which, Tensor& whole) {

@@ -8,11 +8,14 @@
 #include <vector>
 
 #include "engine/parameter_update.hpp"
+#include "engine/pipeline_stages.hpp"
 #include "engine/plugin_metrics.hpp"
 #include "engine/progress.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "plexus/core/checkpoint/tensor_names.hpp"
+#include "plexus/core/engine/pipeline_layout.hpp"
 #include "plexus/core/engine/step_profile.hpp"
+#include "plexus/core/engine/timeline.hpp"
 #include "plexus/core/engine/trainer.hpp"
 #include "plexus/core/host_services.hpp"
 
@@ -44,12 +47,24 @@ struct Trainer::Impl {
   const distributed::Runtime* runtime = nullptr;
   const distributed::Communicator* dp = nullptr;  // nullptr: a single data-parallel rank
   int64_t dp_rank = 0, dp_size = 1;
+  // Pipeline parallelism: the pp group of more than one stage (nullptr: none), every stage's
+  // parameters, and the stages that hold a tied parameter (Megatron's embedding group).
+  const distributed::Communicator* pp = nullptr;
+  PipelineLayout layout;  // every chunk and its stage (one chunk without pipelining)
+  PipelineStages stages;
+  std::unique_ptr<distributed::Communicator> tied_group;
+  bool sends_to_writer = false;              // a later stage's rank in world rank 0's pp group (checkpoints)
+  double over_pipeline(double value) const;  // the sum over the stages; itself without pipelining
+  double over_job(double value, distributed::ReduceOp op) const;  // every rank of the job
   // MoE experts divided over an ep group of more than one rank, or parameters gathered for each
   // forward (ZeRO-3): every forward is collective, so each rank runs the same forwards
   // (evaluation rounds, the sample) as the others.
   bool collective_forward = false;
   bool writer = true;                    // world rank 0: metrics, progress, samples, checkpoints
   std::unique_ptr<StepProfile> profile;  // train.profile; nullptr when off
+  // train.trace: the spans of steps [trace_first, trace_end) (0-based); nullptr when off.
+  std::unique_ptr<Timeline> timeline;
+  int64_t trace_first = 0, trace_end = 0;
   double over_ranks(double value, distributed::ReduceOp op) const;  // dp group; itself on one rank
   void barrier() const;
 
@@ -76,9 +91,18 @@ struct Trainer::Impl {
   // Per data-parallel rank: bytes of parameters, gradients and optimizer state held now, and the
   // peak resident memory of the process (collective over dp).
   boost::json::array memory_per_rank() const;
+  // Pipelined: the layout ("start" record), and per stage the most microbatches in flight at once
+  // in the last step ("step" records; collective over pp).
+  boost::json::object pipeline_layout_record() const;
+  boost::json::array microbatches_in_flight() const;
   void write_metrics(const boost::json::object& record, const TrainerEvents& events);
   double evaluate();
   std::string sample(int64_t step);
+  // trainer_trace.cpp: recording starts before the first traced step (after a barrier, the
+  // ranks' common origin) and ends after the last, when every rank's spans go to world rank 0,
+  // which writes run.output_dir/trace.json. Collective over the job.
+  void trace_before_step(int64_t step);
+  void trace_after_step(int64_t step, const TrainerEvents& events);
   // trainer_checkpoint.cpp
   std::filesystem::path save_checkpoint(int64_t steps_done);
   void load_checkpoint(const std::filesystem::path& dir);

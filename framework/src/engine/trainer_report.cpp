@@ -42,14 +42,34 @@ void Trainer::Impl::write_metrics(const boost::json::object& record, const Train
   if (!writer) return;
   metrics << json_text(record) << '\n';
   metrics.flush();  // a crashed run keeps every record written so far
+  // A full disk or the file-size limit (SIGXFSZ is ignored, so the write fails instead of
+  // killing the run) ends the run with a message rather than a metrics file missing its tail.
+  if (!metrics)
+    throw std::runtime_error((output_dir / "metrics.jsonl").string() + ": cannot write a \"" +
+                             std::string(record.at("event").as_string()) +
+                             "\" record (disk full, or the file-size limit of ulimit -f)");
   if (events.on_metrics) events.on_metrics(record);
 }
 
 void Trainer::Impl::report_start(const TrainerEvents& events) {
-  const int64_t params = model->parameters().count_elements();
+  // Pipelined, each stage holds part of the model: the whole model's numbers are the stages' sums
+  // (a tied copy counted once; its head's products are real work on the last stage).
+  const ParameterStore& store = model->parameters();
+  int64_t owned = 0;
+  for (std::size_t p = 0; p < store.size(); ++p)
+    if (pp == nullptr || stages.owned[p]) owned += store[p].numel();
+  const auto params = static_cast<int64_t>(over_pipeline(static_cast<double>(owned)));
   flops_per_token = model->flops_per_token();
+  if (pp != nullptr) {  // every stage must know whether every stage could tell
+    const double unknown = over_pipeline(flops_per_token ? 0.0 : 1.0);
+    const double total = over_pipeline(flops_per_token.value_or(0.0));
+    flops_per_token = unknown > 0 ? std::nullopt : std::optional<double>(total);
+  }
   tokens_per_step = static_cast<double>(dp_size * microbatches * micro_batch_size * seq_length);
   if (writer) {
+    if (pp != nullptr)
+      log_info("trainer", "pipeline: " + std::to_string(pp->size()) + " stages, this one holding " +
+                              std::to_string(model->num_chunks()) + " chunk(s) of the model");
     log_info("trainer", "model: " + std::to_string(params) + " parameters, " +
                             std::to_string(model->settings().num_layers) + " layers on " +
                             device::name(model->device()) + ", " + precision_name(*model) +
@@ -58,17 +78,18 @@ void Trainer::Impl::report_start(const TrainerEvents& events) {
     if (const std::string line = update->summary_line(); !line.empty()) log_info("trainer", line);
   }
   boost::json::array memory = memory_per_rank();
-  write_metrics({{"event", "start"},
-                 {"run", run_config.at("run").at("name")},
-                 {"parameters", params},
-                 {"device", device::name(model->device())},
-                 {"precision", precision_name(*model)},
-                 {"first_step", start_step + 1},
-                 {"steps", steps},
-                 {"data_parallel_size", dp_size},
-                 {"data_parallel", update->describe()},
-                 {"memory_per_rank", memory}},
-                events);
+  boost::json::object record{{"event", "start"},
+                             {"run", run_config.at("run").at("name")},
+                             {"parameters", params},
+                             {"device", device::name(model->device())},
+                             {"precision", precision_name(*model)},
+                             {"first_step", start_step + 1},
+                             {"steps", steps},
+                             {"data_parallel_size", dp_size},
+                             {"data_parallel", update->describe()},
+                             {"memory_per_rank", memory}};
+  if (pp != nullptr) record["pipeline"] = pipeline_layout_record();
+  write_metrics(record, events);
 }
 
 void Trainer::Impl::report_step(int64_t step, const StepResult& trained, detail::Progress& progress,
@@ -87,6 +108,7 @@ void Trainer::Impl::report_step(int64_t step, const StepResult& trained, detail:
   const int64_t done = step + 1;
   const bool log_step = done % log_interval == 0 || done == steps;
   if (log_step) record["memory_per_rank"] = memory_per_rank();
+  if (log_step && pp != nullptr) record["microbatches_in_flight_per_stage"] = microbatches_in_flight();
   write_metrics(record, events);
   if (writer) progress.step(step, trained.loss, update->last_lr(), tokens_per_s, gflops);
   if (!profile) return;
@@ -168,6 +190,29 @@ boost::json::array Trainer::Impl::memory_per_rank() const {
   return out;
 }
 
+boost::json::object Trainer::Impl::pipeline_layout_record() const {
+  boost::json::array chunks;
+  for (const ChunkSpec& c : layout.chunks)
+    chunks.push_back({{"chunk", c.index},
+                      {"stage", c.index % layout.pipeline_size},
+                      {"virtual_stage", c.index / layout.pipeline_size},
+                      {"layers", boost::json::array{c.first_layer, c.end_layer}},
+                      {"embedding", c.embedding},
+                      {"output_layers", c.output_layers}});
+  return {{"stages", layout.pipeline_size},
+          {"virtual_stages", layout.virtual_stages},
+          {"microbatches", microbatches},
+          {"chunks", std::move(chunks)}};
+}
+
+boost::json::array Trainer::Impl::microbatches_in_flight() const {
+  Tensor mine({1}, plx_dtype_i64());
+  *mine.data<int64_t>() = static_cast<int64_t>(model->peak_microbatches_in_flight());
+  Tensor all({pp->size()}, plx_dtype_i64());
+  pp->all_gather(mine.view(), all.view());
+  return boost::json::array(all.data<int64_t>(), all.data<int64_t>() + pp->size());
+}
+
 double Trainer::Impl::evaluate() {
   Batch batch{Tensor({micro_batch_size, seq_length}, plx_dtype_i32()),
               Tensor({micro_batch_size, seq_length}, plx_dtype_i32())};
@@ -182,7 +227,8 @@ double Trainer::Impl::evaluate() {
     const double loss = model->evaluate(batch);
     if (i < eval_iters) sum += loss;
   }
-  return over_ranks(sum, distributed::ReduceOp::sum) / static_cast<double>(eval_iters);
+  // Pipelined, the loss is the last stage's: the stages' sum is it on every stage.
+  return over_ranks(over_pipeline(sum), distributed::ReduceOp::sum) / static_cast<double>(eval_iters);
 }
 
 std::string Trainer::Impl::sample(int64_t step) {

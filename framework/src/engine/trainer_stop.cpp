@@ -14,11 +14,13 @@ std::optional<Interruption> Trainer::Impl::agreed_stop(const TrainerEvents& even
   const int mine = events.stop_signal();
   // One scalar all-reduce per poll: a signal may reach one rank only (a user signalling one
   // process), or the ranks during different steps, yet all must stop after the same one.
-  const auto agreed = static_cast<int>(over_ranks(mine, distributed::ReduceOp::max));
+  const auto agreed = static_cast<int>(over_job(mine, distributed::ReduceOp::max));
   if (agreed == 0) return std::nullopt;
   // Rare, so a second collective: the first rank that saw it, for the message.
+  const int32_t world_rank = runtime != nullptr ? runtime->rank() : 0;
+  const int32_t world_size = runtime != nullptr ? runtime->world_size() : 1;
   const auto rank = static_cast<int32_t>(
-      over_ranks(static_cast<double>(mine != 0 ? dp_rank : dp_size), distributed::ReduceOp::min));
+      over_job(static_cast<double>(mine != 0 ? world_rank : world_size), distributed::ReduceOp::min));
   return Interruption{agreed, rank, steps_done};
 }
 
@@ -26,7 +28,9 @@ void Trainer::Impl::stop_run(const Interruption& stop, int64_t saved_step, detai
                              TrainResult& result, const TrainerEvents& events) {
   const std::string name = signal_name(stop.signal);
   const std::string received =
-      name + " received" + (dp_size > 1 ? " (first by rank " + std::to_string(stop.rank) + ")" : "");
+      name + " received" +
+      (runtime != nullptr && runtime->world_size() > 1 ? " (first by rank " + std::to_string(stop.rank) + ")"
+                                                       : "");
   const std::string step = std::to_string(stop.step);
   const bool trained = stop.step > start_step;
   if (writer)

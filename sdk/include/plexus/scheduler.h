@@ -51,6 +51,34 @@ typedef struct plx_schedule_env {
    * missing call as an error naming the unit and microbatch. A scheduler that never calls it
    * gets weight gradients computed with the input gradients, as before 1.5. */
   plx_status (*split_weight_gradients)(void* ctx);
+  /* ---- ABI 1.7: pipeline parallelism ---- */
+  /* Where this rank is in the pipeline and which of its chunks (virtual stages) it holds. Units
+   * are numbered over all of this rank's chunks, chunk after chunk in forward order; chunk v of
+   * pipeline rank r is the model's chunk v * pipeline_size + r (Megatron's order). Without
+   * pipeline parallelism: 1 chunk holding every unit, rank 0 of 1. A host before 1.7 has none of
+   * this (check PLX_HAS_FIELD(env, plx_schedule_env, num_chunks)): its units are one chunk. */
+  uint32_t num_chunks;
+  uint32_t pipeline_rank;
+  uint32_t pipeline_size;
+  uint32_t reserved2;
+  /* The units of chunk `chunk`: [*first, *first + *count). */
+  plx_status (*chunk_units)(void* ctx, uint32_t chunk, uint32_t* first, uint32_t* count);
+  /* Point-to-point between pipeline stages, over the host's "pp" group. Each starts its transfer
+   * and returns at once; the engine completes a receive when its tensor is needed (the forward of
+   * the chunk's first unit waits for its input, the backward of its last unit for its output's
+   * gradient) and every transfer by the end of the step, so the order of calls between stages
+   * cannot deadlock as long as each stage eventually makes the calls its peers match. Peers follow
+   * the ring: chunk v's output on the last stage is chunk v + 1's input on stage 0.
+   * send_forward: the chunk's output (after its last unit's forward) to the next stage;
+   * recv_forward: the chunk's input from the previous stage (not for the chunk holding the
+   * embedding); send_backward: the gradient of the chunk's input (after its first unit's backward)
+   * to the previous stage; recv_backward: the gradient of its output from the next stage (not for
+   * the chunk holding the head). A call that has no peer (send_forward of the head's chunk, ...)
+   * is an error naming it. */
+  plx_status (*send_forward)(void* ctx, uint32_t microbatch, uint32_t chunk);
+  plx_status (*recv_forward)(void* ctx, uint32_t microbatch, uint32_t chunk);
+  plx_status (*send_backward)(void* ctx, uint32_t microbatch, uint32_t chunk);
+  plx_status (*recv_backward)(void* ctx, uint32_t microbatch, uint32_t chunk);
 } plx_schedule_env;
 
 typedef struct plx_scheduler_v1 {
@@ -67,7 +95,11 @@ PLX_PIN_OFFSET(plx_schedule_env, forward, 56);
 PLX_PIN_OFFSET(plx_schedule_env, backward_weights, 72);
 /* ABI 1.5 */
 PLX_PIN_OFFSET(plx_schedule_env, split_weight_gradients, 80);
-PLX_PIN_SIZE(plx_schedule_env, 88);
+/* ABI 1.7 */
+PLX_PIN_OFFSET(plx_schedule_env, num_chunks, 88);
+PLX_PIN_OFFSET(plx_schedule_env, chunk_units, 104);
+PLX_PIN_OFFSET(plx_schedule_env, recv_backward, 136);
+PLX_PIN_SIZE(plx_schedule_env, 144);
 PLX_PIN_SIZE(plx_scheduler_v1, 32);
 
 #ifdef __cplusplus

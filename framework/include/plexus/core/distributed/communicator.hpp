@@ -60,6 +60,10 @@ class Communicator {
   Request start_all_reduce(const DLTensor& buffer, ReduceOp op, plx_stream stream = nullptr) const;
   void all_gather(const DLTensor& send, const DLTensor& recv) const;
   void broadcast(const DLTensor& buffer, int32_t root) const;
+  // Point-to-point with rank `peer` of this communicator, matched by `tag`: started, completed by
+  // the request's wait (the buffer must stay alive and untouched until then).
+  Request start_send(const DLTensor& buffer, int32_t peer, int32_t tag) const;
+  Request start_recv(const DLTensor& buffer, int32_t peer, int32_t tag) const;
   void barrier() const;
   // Collective over this communicator: ranks with equal color form a new one, ordered by key;
   // color < 0 gives nullptr.

@@ -79,6 +79,9 @@ struct ChunkSpec {
   uint32_t first_layer = 0, end_layer = 0;
   bool embedding = false;
   bool output_layers = false;
+  // Its number among the whole model's chunks, in forward order (k = v * pp + r for pipeline rank
+  // r's virtual stage v): pipeline transfers name chunks by it.
+  uint32_t index = 0;
 };
 
 // The chunks one model object builds, in forward order.
@@ -88,20 +91,29 @@ struct ModelPlacement {
   static ModelPlacement whole(const DecoderPlan& plan);
 };
 
+namespace distributed {
+class Runtime;
+class Communicator;
+}  // namespace distributed
+
 struct ModelOptions {
   ModelPlacement placement;  // no chunks: the whole model
   // The parameters will be handed to a data-parallel strategy (shard_parameters, then
   // initialize), so none is allocated whole here.
   bool deferred_parameters = false;
+  // Pipeline parallelism: the "pp" group (rank r is pipeline stage r), over which the chunks'
+  // boundaries travel, and the number of chunks of the whole model (pipeline_layout.hpp). nullptr:
+  // this rank holds every chunk there is.
+  const distributed::Communicator* pipeline_group = nullptr;
+  uint32_t model_chunks = 1;
 };
 
 class StepProfile;
+class Timeline;
 class ShardedParameters;
 class Connection;
 class ParameterResidency;
-namespace distributed {
-class Runtime;
-}
+class PipelineLink;
 
 class Model {
  public:
@@ -131,6 +143,9 @@ class Model {
   // Times every unit's forward and backward and every mHC connection of training microbatches
   // into `profile` (nullptr: off); evaluation is not timed.
   void set_profile(StepProfile* profile) noexcept { profile_ = profile; }
+  // Records every unit stage of training microbatches and every wait for a pipeline transfer as
+  // spans of `timeline` while it records (nullptr: off); evaluation is not recorded.
+  void set_timeline(Timeline* timeline) noexcept { timeline_ = timeline; }
 
   // The chunks, for a pipeline schedule: one microbatch through one chunk. start_microbatches
   // begins a step's microbatches on every chunk; a chunk without the embedding takes its input
@@ -140,6 +155,11 @@ class Model {
   // completed on every chunk, frees them, and returns the mean loss of those whose chunk holds the
   // head (0 when none does).
   std::size_t num_chunks() const noexcept;
+  // Whether the model is a stage of a pipeline (ModelOptions::pipeline_group of more than one rank).
+  bool pipelined() const noexcept;
+  // The most microbatches of one step whose forward had completed and whose backward had not, at
+  // once, on any of this rank's chunks in the last step (what a pipeline schedule keeps alive).
+  std::size_t peak_microbatches_in_flight() const noexcept { return peak_in_flight_; }
   void start_microbatches(const std::vector<Batch>& microbatches, bool training);
   void forward_chunk(uint32_t chunk, uint32_t microbatch);
   void backward_chunk(uint32_t chunk, uint32_t microbatch);
@@ -156,8 +176,10 @@ class Model {
   // backward runs, and whose gradients go to the strategy as each unit's backward completes.
   // Throws config::ConfigError for a unit size that does not divide a chunk's logical layers or
   // that would make a chunk's whole decoder one unit.
+  // `alone`: parameters (by index; empty: none) that must be alone in their unit's buffer (a
+  // tied parameter two pipeline stages hold): the head holding one is a unit of its own.
   void shard_parameters(const Component& strategy, plx_config options, int64_t layers_per_unit,
-                        const distributed::Runtime& runtime);
+                        const distributed::Runtime& runtime, const std::vector<bool>& alone = {});
   // The strategy's buffers, or nullptr when the parameters are whole here.
   ShardedParameters* sharded() noexcept;
   const ShardedParameters* sharded() const noexcept;
@@ -167,14 +189,18 @@ class Model {
   // Whether any layer has an after_step (the trainer times the call only then).
   bool has_after_step() const;
 
-  // Forward only, through a model of one chunk holding the whole model; returns the loss.
+  // Forward only; returns the loss (on a pipeline stage without the head 0; the stages' sum is the
+  // loss). Pipelined: every stage calls it with the same batch, the stages pass the stream on.
   double evaluate(const Batch& batch);
-  // Forward only; returns the logits [vocab] of position `position` of sequence 0.
+  // Forward only; returns the logits [vocab] of position `position` of sequence 0 (pipelined: on
+  // every stage, broadcast from the last).
   std::vector<float> next_token_logits(const Batch& batch, int64_t position);
 
   // Checks every gradient; throws NonFiniteError naming the first unit (in forward order) with
   // a non-finite gradient, and the parameter.
   void check_gradients_finite() const;
+  // The model chunk (ChunkSpec::index) of each parameter's first declaring unit, by parameter.
+  std::vector<uint32_t> parameter_chunks() const;
   // Model FLOPs of one training step's forward+backward per token, when every layer can tell.
   std::optional<double> flops_per_token() const;
 
@@ -217,6 +243,13 @@ class Model {
                                  double loss_scale);
   Run& run_of(uint32_t chunk, uint32_t microbatch);
   const Chunk& whole_model_chunk(const char* what) const;
+  // Pipelined: the boundary tensors a chunk's first forward and last backward stage wait for.
+  void take_received_input(Run& run);
+  void take_received_output_grad(Run& run);
+  // Forward only of one batch through every chunk, stage after stage of the pipeline; returns the
+  // run of the chunk holding the head (nullptr on the other stages).
+  std::unique_ptr<Run> forward_only(const Batch& batch);
+  void note_in_flight();
   void initialize_one(std::size_t param, uint64_t seed);
 
   ModelSettings settings_;
@@ -226,6 +259,7 @@ class Model {
   ParameterStore params_;
   std::unique_ptr<Connection> connection_;
   std::unique_ptr<ParameterResidency> residency_;
+  std::unique_ptr<PipelineLink> link_;  // pipelined: the transfers between stages
   std::unique_ptr<ConfigHandle> model_config_;
   std::vector<std::unique_ptr<Unit>> units_;  // every chunk's, in forward order
   std::vector<Chunk> chunks_;
@@ -234,6 +268,8 @@ class Model {
   // the backward of a layer with backward_weights leaves them out until the scheduler's call.
   bool split_weights_ = false;
   StepProfile* profile_ = nullptr;
+  Timeline* timeline_ = nullptr;
+  std::size_t peak_in_flight_ = 0;
   friend struct ScheduleEnvBridge;
 };
 

@@ -42,7 +42,21 @@ class AdamW {
   // is not "dp"): the global norm adds their squared norm summed over the ranks that hold the
   // other experts, which this function returns for this rank's part. Unset: every parameter is
   // on every rank.
-  void set_divided_sum(std::function<double(double)> sum_over_holders) { divided_sum_ = std::move(sum_over_holders); }
+  void set_divided_sum(std::function<double(double)> sum_over_holders) {
+    divided_sum_ = std::move(sum_over_holders);
+  }
+  // Pipeline parallelism: each stage holds part of the model, so the global norm adds every
+  // stage's parameters. `ordered_sum` takes this stage's squared norm of each parameter (by
+  // parameter; 0 for those not counted) and returns the sum over every stage in the whole model's
+  // order, the order one stage would add them in, so the norm is the same to the bit whatever
+  // pp is; `sum_over_stages` adds the experts' part, already a sum over ep. A parameter two stages
+  // hold (the tied embedding's copy) counts on one of them only (`counted`; empty: all).
+  void set_stage_sum(std::function<double(const std::vector<double>&)> ordered_sum,
+                     std::function<double(double)> sum_over_stages, std::vector<bool> counted) {
+    ordered_sum_ = std::move(ordered_sum);
+    stage_sum_ = std::move(sum_over_stages);
+    counted_ = std::move(counted);
+  }
   // Optimizer state for checkpoints: "<param>.exp_avg" / "<param>.exp_avg_sq", two per
   // parameter in parameter order, none for a buffer (PLX_PARAM_BUFFER), which it never updates.
   std::vector<std::pair<std::string, Tensor*>> state_tensors();
@@ -56,6 +70,9 @@ class AdamW {
   std::vector<Tensor> exp_avg_sq_;
   double last_lr_ = 0;
   std::function<double(double)> divided_sum_;
+  std::function<double(const std::vector<double>&)> ordered_sum_;
+  std::function<double(double)> stage_sum_;
+  std::vector<bool> counted_;
 };
 
 }  // namespace plexus

@@ -57,7 +57,7 @@ struct TrainerEvents {
 // Why and where a run stopped before train.steps.
 struct Interruption {
   int signal = 0;    // the agreed stop_signal value
-  int32_t rank = 0;  // the lowest data-parallel rank that asked to stop
+  int32_t rank = 0;  // the lowest rank of the job (world rank) that asked to stop
   int64_t step = 0;  // steps done when it stopped; the checkpoint, if any, is of this step
 };
 

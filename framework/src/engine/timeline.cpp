@@ -1,0 +1,83 @@
+#include "plexus/core/engine/timeline.hpp"
+
+#include <boost/json.hpp>
+
+#include "plexus/core/checkpoint/atomic_file.hpp"
+#include "plexus/core/device.hpp"
+
+namespace plexus {
+
+Timeline::Scope::Scope(Timeline* timeline, const std::string& name, const char* category, int64_t microbatch,
+                       int64_t chunk)
+    : timeline_(timeline != nullptr && timeline->recording_ ? timeline : nullptr) {
+  if (timeline_ == nullptr) return;
+  device::synchronize(timeline_->device_);  // work queued before this span is not this span's
+  span_.name = name;
+  span_.category = category;
+  span_.microbatch = microbatch;
+  span_.chunk = chunk;
+  span_.start_us = timeline_->now_us();
+}
+
+Timeline::Scope::~Scope() {
+  if (timeline_ == nullptr) return;
+  try {
+    device::synchronize(timeline_->device_);
+    span_.duration_us = timeline_->now_us() - span_.start_us;
+    timeline_->spans_.push_back(std::move(span_));
+  } catch (...) {
+    // A destructor must not throw (this one also runs while a failed span unwinds); the span is
+    // dropped and the device's next call reports what failed.
+  }
+}
+
+Timeline::Timeline(DLDevice device) : device_(device) {}
+
+double Timeline::now_us() const {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
+}
+
+std::string Timeline::trace_events(int64_t pid, const std::string& process_name) const {
+  std::vector<boost::json::object> events;
+  events.push_back(
+      {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", process_name}}}});
+  events.push_back({{"ph", "M"},
+                    {"name", "process_sort_index"},
+                    {"pid", pid},
+                    {"tid", 0},
+                    {"args", {{"sort_index", pid}}}});
+  for (const Span& s : spans_) {
+    boost::json::object args;
+    if (s.microbatch >= 0) args["microbatch"] = s.microbatch;
+    if (s.chunk >= 0) args["chunk"] = s.chunk;
+    events.push_back({{"ph", "X"},
+                      {"name", s.name},
+                      {"cat", s.category},
+                      {"pid", pid},
+                      {"tid", 0},
+                      {"ts", s.start_us},
+                      {"dur", s.duration_us},
+                      {"args", std::move(args)}});
+  }
+  std::string text;  // one event per line: readable and diffable however long the trace
+  for (const auto& event : events) {
+    if (!text.empty()) text += ",\n";
+    text += boost::json::serialize(event);
+  }
+  return text;
+}
+
+void write_chrome_trace(const std::filesystem::path& path, const std::vector<std::string>& ranks_events) {
+  std::string text = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+  bool first = true;
+  for (const std::string& events : ranks_events) {
+    if (events.empty()) continue;
+    if (!first) text += ",\n";
+    text += events;
+    first = false;
+  }
+  text += "\n]}\n";
+  checkpoint::write_file_atomically(path, std::string_view(text));
+}
+
+}  // namespace plexus
