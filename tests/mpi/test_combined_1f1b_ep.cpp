@@ -22,8 +22,10 @@
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "run_process.hpp"
 #include "skip_module.hpp"
+#include "tensor_difference.hpp"
 #include "train_corpus.hpp"
 
+using plexus::test::expect_identical_checkpoints;
 using plexus::test::mpirun_command;
 using plexus::test::run_process;
 using plexus::test::step_losses;
@@ -44,24 +46,6 @@ const std::string kPluginsMhc =
 std::string ep(int size) { return " --set 'distributed.topology.options={\"ep\": " + std::to_string(size) + "}'"; }
 std::string scheduler(const std::string& name) { return " --set scheduler.component=" + name; }
 
-// Every tensor of the two runs' last checkpoints (model and optimizer) byte for byte.
-void expect_identical_checkpoints(const std::filesystem::path& a, const std::filesystem::path& b) {
-  const auto ca = plexus::checkpoint::load_checkpoint(a / "checkpoints" / "step_00000010");
-  const auto cb = plexus::checkpoint::load_checkpoint(b / "checkpoints" / "step_00000010");
-  BOOST_TEST_REQUIRE(ca.model.names() == cb.model.names());
-  BOOST_TEST_REQUIRE(ca.optimizer.names() == cb.optimizer.names());
-  std::size_t different = 0;
-  const auto compare = [&](const auto& fa, const auto& fb) {
-    for (const std::string& name : fa.names())
-      if (!std::ranges::equal(fa.tensor(name).bytes, fb.tensor(name).bytes)) {
-        BOOST_TEST_MESSAGE("differs: " << name);
-        ++different;
-      }
-  };
-  compare(ca.model, cb.model);
-  compare(ca.optimizer, cb.optimizer);
-  BOOST_TEST(different == 0u, different << " tensors differ");
-}
 
 }  // namespace
 

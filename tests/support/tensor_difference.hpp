@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
 
+#include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "plexus/core/checkpoint/safetensors.hpp"
 
 namespace plexus::test {
@@ -33,6 +35,27 @@ inline double worst_difference(const checkpoint::SafetensorsFile& a, const check
     if (scale > 0) worst = std::max(worst, diff / scale);
   }
   return worst;
+}
+
+// Every tensor of two runs' checkpoints of one step (model and optimizer) byte for byte: the
+// same names, and no tensor that differs (each one that does is named in the log).
+inline void expect_identical_checkpoints(const std::filesystem::path& a, const std::filesystem::path& b,
+                                         const std::string& step = "step_00000010") {
+  const auto ca = checkpoint::load_checkpoint(a / "checkpoints" / step);
+  const auto cb = checkpoint::load_checkpoint(b / "checkpoints" / step);
+  BOOST_TEST_REQUIRE(ca.model.names() == cb.model.names());
+  BOOST_TEST_REQUIRE(ca.optimizer.names() == cb.optimizer.names());
+  std::size_t different = 0;
+  const auto compare = [&](const checkpoint::SafetensorsFile& fa, const checkpoint::SafetensorsFile& fb) {
+    for (const std::string& name : fa.names())
+      if (!std::ranges::equal(fa.tensor(name).bytes, fb.tensor(name).bytes)) {
+        BOOST_TEST_MESSAGE("differs: " << name);
+        ++different;
+      }
+  };
+  compare(ca.model, cb.model);
+  compare(ca.optimizer, cb.optimizer);
+  BOOST_TEST(different == 0u, different << " tensors differ");
 }
 
 }  // namespace plexus::test

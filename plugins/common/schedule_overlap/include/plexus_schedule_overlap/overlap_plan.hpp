@@ -2,12 +2,16 @@
 // the computation of the other: a forward chain (one microbatch's units in order, each unit's
 // stages in order) and a backward chain (another microbatch's units in reverse, each unit's
 // stages in reverse). Either chain may be empty.
+//
+// Shared by the schedulers that overlap two microbatches (plugins/combined_1f1b without
+// pipelining, plugins/pipeline_schedules' interleaved 1F1B with the EP overlap): both must order
+// a pair the same way, so the planner lives here once.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-namespace combined_1f1b {
+namespace plexus::schedule_overlap {
 
 enum class Pass { forward, backward, weights };
 
@@ -30,6 +34,7 @@ struct Node {
 // A backward unit's weight gradients (when `split_weights`) become due once its last backward
 // stage has run; they fill slots with nothing else to compute, and any still due at the end run
 // then, oldest first, so they all complete inside the returned sequence.
-std::vector<Node> interleave(const std::vector<Node>& forward, const std::vector<Node>& backward, bool split_weights);
+std::vector<Node> interleave(const std::vector<Node>& forward, const std::vector<Node>& backward,
+                             bool split_weights);
 
-}  // namespace combined_1f1b
+}  // namespace plexus::schedule_overlap

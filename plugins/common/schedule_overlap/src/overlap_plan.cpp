@@ -1,9 +1,9 @@
-#include "overlap_plan.hpp"
+#include "plexus_schedule_overlap/overlap_plan.hpp"
 
 #include <cstddef>
 #include <deque>
 
-namespace combined_1f1b {
+namespace plexus::schedule_overlap {
 namespace {
 
 struct Cursor {
@@ -19,7 +19,8 @@ struct Cursor {
 
 }  // namespace
 
-std::vector<Node> interleave(const std::vector<Node>& forward, const std::vector<Node>& backward, bool split_weights) {
+std::vector<Node> interleave(const std::vector<Node>& forward, const std::vector<Node>& backward,
+                             bool split_weights) {
   Cursor fwd{&forward};
   Cursor bwd{&backward};
   std::deque<Node> weights_due;
@@ -55,4 +56,4 @@ std::vector<Node> interleave(const std::vector<Node>& forward, const std::vector
   return order;
 }
 
-}  // namespace combined_1f1b
+}  // namespace plexus::schedule_overlap
