@@ -99,7 +99,11 @@ void check_rank_plan(const std::vector<Op>& ops, uint32_t P, uint32_t r, uint32_
   BOOST_TEST(fwd_at.size() == std::size_t{M} * V);
   BOOST_TEST(bwd_at.size() == std::size_t{M} * V);
 
-  for (const auto& [key, f] : fwd_at) {
+  for (const auto& entry : fwd_at) {
+    // Named copies, not structured bindings: lambdas below capture them (clang++ 14 cannot
+    // capture a structured binding).
+    const auto key = entry.first;
+    const std::size_t f = entry.second;
     const auto [mb, chunk] = key;
     const std::size_t b = bwd_at.at(key);
     auto at = [&](OpKind kind) -> std::optional<std::size_t> {
