@@ -104,11 +104,12 @@ int model_command(const std::vector<std::string>& args) {
     for (std::size_t i = 0; i < model.parameters().size(); ++i)
       total_parameters += model.parameters()[i].value.numel();
     const std::optional<double> total_flops = model.flops_per_token();
-    // Where each unit goes at --pp: the embedding with chunk 0, the final norm and head with the last.
+    // Where each unit goes at --pp: the embedding with chunk 0, the final norm, head and MTP depths
+    // with the last.
     const PipelineLayout layout =
         pipeline_layout(model.plan(), PipelineSettings::from_run_config(run_config), pipeline_size);
     const auto stage_of = [&](const Model::UnitSummary& row) {
-      if (row.logical >= 0) return layout.stage_of(static_cast<uint32_t>(row.logical));
+      if (row.mtp_depth == 0 && row.logical >= 0) return layout.stage_of(static_cast<uint32_t>(row.logical));
       const plexus::ChunkSpec& chunk = row.kind == "embedding" ? layout.chunks.front() : layout.chunks.back();
       return PipelineLayout::Stage{chunk.index % pipeline_size, chunk.index / pipeline_size};
     };
@@ -116,10 +117,11 @@ int model_command(const std::vector<std::string>& args) {
     if (json) {
       boost::json::array units;
       for (const auto& row : rows) {
-        boost::json::object u{{"label", row.label},     {"kind", row.kind},
-                              {"symbol", row.symbol},   {"component", row.component},
-                              {"logical", row.logical}, {"physical", row.physical},
-                              {"segment", row.segment}, {"parameters", row.parameters}};
+        boost::json::object u{{"label", row.label},        {"kind", row.kind},
+                              {"symbol", row.symbol},      {"component", row.component},
+                              {"logical", row.logical},    {"physical", row.physical},
+                              {"segment", row.segment},    {"parameters", row.parameters},
+                              {"mtp_depth", row.mtp_depth}};
         u["flops_per_token"] = row.flops_per_token ? boost::json::value(*row.flops_per_token) : nullptr;
         u["pipeline_stage"] = stage_of(row).rank;
         u["virtual_stage"] = stage_of(row).virtual_stage;
@@ -140,11 +142,14 @@ int model_command(const std::vector<std::string>& args) {
               << padded("parameters", 12) << padded("FLOPs/token", 13) << padded("segment", 9)
               << (pipeline_size > 1 ? "stage  vstage" : "") << "\n";
     for (const auto& row : rows) {
-      std::cout << padded(number_or_dash(row.logical), 9) << padded(number_or_dash(row.physical), 10)
+      // An MTP depth's layers are numbered within it: "mtp 1" says whose they are.
+      const std::string logical =
+          row.mtp_depth > 0 ? "mtp " + std::to_string(row.mtp_depth) : number_or_dash(row.logical);
+      std::cout << padded(logical, 9) << padded(number_or_dash(row.physical), 10)
                 << padded(row.symbol.empty() ? "-" : row.symbol, 8) << padded(row.label, 52)
                 << padded(count_text(static_cast<double>(row.parameters)), 12)
                 << padded(row.flops_per_token ? count_text(*row.flops_per_token) : "?", 13)
-                << padded(number_or_dash(row.segment), 9);
+                << padded(row.mtp_depth > 0 ? "-" : number_or_dash(row.segment), 9);
       if (pipeline_size > 1)
         std::cout << padded(std::to_string(stage_of(row).rank), 7) << stage_of(row).virtual_stage;
       std::cout << "\n";

@@ -43,7 +43,7 @@ const fs::path kPlugins = fs::path(PLEXUS_BUILD_DIR) / "lib/plexus/plugins";
 
 // ---- the relabelling table around the real plugin's ----
 const plx_scheduler_v1* g_plugin_table = nullptr;  // combined_1f1b's, set before any use
-std::vector<std::pair<char, uint32_t>> g_calls;     // ('F', 'B' or 'W', microbatch), in call order
+std::vector<std::pair<char, uint32_t>> g_calls;    // ('F', 'B' or 'W', microbatch), in call order
 
 struct Relabel {
   const plx_schedule_env* engine;
@@ -125,13 +125,15 @@ struct SplitWithoutWeights {
         uint32_t stages = 0;
         if ((status = env->unit_num_stages(env->ctx, unit, &stages)) != PLX_OK) return status;
         for (uint32_t stage = 0; stage < stages; ++stage)
-          if ((status = env->forward(env->ctx, mb, unit, stage, env->compute_stream)) != PLX_OK) return status;
+          if ((status = env->forward(env->ctx, mb, unit, stage, env->compute_stream)) != PLX_OK)
+            return status;
       }
       for (uint32_t unit = env->num_units; unit-- > 0;) {
         uint32_t stages = 0;
         if ((status = env->unit_num_stages(env->ctx, unit, &stages)) != PLX_OK) return status;
         for (uint32_t stage = stages; stage-- > 0;)
-          if ((status = env->backward(env->ctx, mb, unit, stage, env->compute_stream)) != PLX_OK) return status;
+          if ((status = env->backward(env->ctx, mb, unit, stage, env->compute_stream)) != PLX_OK)
+            return status;
       }
       if (kAskLate && mb == 0 && (status = env->split_weight_gradients(env->ctx)) != PLX_OK) return status;
     }
@@ -146,14 +148,25 @@ struct Trained {
   std::vector<std::vector<std::byte>> weights;
 };
 
-boost::json::value run_config(bool mhc) {
-  std::vector<std::string> overrides = {
-      "model.vocab_size=50", "model.hidden_size=32", "model.num_layers=3", "model.num_attention_heads=4",
-      "model.ffn_hidden_size=40", "model.seq_length=16", "model.moe.layer_freq=2",
-      "model.moe.options.num_moe_experts=4", "model.moe.options.moe_router_topk=2",
-      "model.moe.options.moe_ffn_hidden_size=32", "model.moe.options.moe_aux_loss_coeff=0.01",
-      "model.moe.options.moe_z_loss_coeff=0.001", "optimizer.lr=0.01", "optimizer.lr_warmup_steps=3",
-      "train.steps=10", "train.microbatches=3", "optimizer.clip_grad=0.5"};
+boost::json::value run_config(bool mhc, int mtp_depths = 0) {
+  std::vector<std::string> overrides = {"model.vocab_size=50",
+                                        "model.hidden_size=32",
+                                        "model.num_layers=3",
+                                        "model.num_attention_heads=4",
+                                        "model.ffn_hidden_size=40",
+                                        "model.seq_length=16",
+                                        "model.moe.layer_freq=2",
+                                        "model.moe.options.num_moe_experts=4",
+                                        "model.moe.options.moe_router_topk=2",
+                                        "model.moe.options.moe_ffn_hidden_size=32",
+                                        "model.moe.options.moe_aux_loss_coeff=0.01",
+                                        "model.moe.options.moe_z_loss_coeff=0.001",
+                                        "optimizer.lr=0.01",
+                                        "optimizer.lr_warmup_steps=3",
+                                        "train.steps=10",
+                                        "train.microbatches=3",
+                                        "optimizer.clip_grad=0.5",
+                                        "model.mtp_num_layers=" + std::to_string(mtp_depths)};
   if (mhc) {
     overrides.push_back(R"(plugins.load=["sequential_scheduler","transformer","moe","mhc_native"])");
     overrides.push_back("mhc.enabled=true");
@@ -164,7 +177,8 @@ boost::json::value run_config(bool mhc) {
   return plexus::load_run_config(std::nullopt, overrides);
 }
 
-Trained train(plexus::PluginHost& host, const boost::json::value& rc, const plexus::SchedulerInstance& scheduler) {
+Trained train(plexus::PluginHost& host, const boost::json::value& rc,
+              const plexus::SchedulerInstance& scheduler) {
   plexus::Model model(host, rc);
   model.initialize(7);
   const int64_t microbatches = 3, batch = 2, seq = model.settings().seq_length;
@@ -173,7 +187,8 @@ Trained train(plexus::PluginHost& host, const boost::json::value& rc, const plex
   // The same microbatches every step, so the loss falls: the weights really change.
   std::vector<plexus::Batch> batches;
   for (int64_t mb = 0; mb < microbatches; ++mb) {
-    plexus::Batch b{plexus::Tensor({batch, seq}, plx_dtype_i32()), plexus::Tensor({batch, seq}, plx_dtype_i32())};
+    plexus::Batch b{plexus::Tensor({batch, seq}, plx_dtype_i32()),
+                    plexus::Tensor({batch, seq}, plx_dtype_i32())};
     for (int64_t i = 0; i < batch * seq; ++i) {
       b.tokens.data<int32_t>()[i] = token(gen);
       b.targets.data<int32_t>()[i] = token(gen);
@@ -195,8 +210,8 @@ Trained train(plexus::PluginHost& host, const boost::json::value& rc, const plex
   return out;
 }
 
-void check_bit_identical(bool mhc, bool delay_weights) {
-  boost::json::value rc = run_config(mhc);
+void check_bit_identical(bool mhc, bool delay_weights, int mtp_depths = 0) {
+  boost::json::value rc = run_config(mhc, mtp_depths);
   plexus::PluginHost host;
   plexus::load_configured_plugins(host, rc, {{kPlugins}, false});
   plexus::check_components(host, rc);
@@ -224,23 +239,28 @@ void check_bit_identical(bool mhc, bool delay_weights) {
 
   // The weight gradients came apart exactly when asked for: one scheduler call per unit and
   // microbatch of every step (6 units: the embedding, 3 decoder layers, the final norm, the head;
-  // a decoder unit's call runs its attention's and its MLP's or MoE layer's backward_weights).
-  const auto weight_calls = std::count_if(g_calls.begin(), g_calls.end(), [](const auto& c) { return c.first == 'W'; });
-  BOOST_TEST(weight_calls == (delay_weights ? 10 * 3 * 6 : 0));
+  // a decoder unit's call runs its attention's and its MLP's or MoE layer's backward_weights;
+  // and one per MTP depth, whose unit holds its layers).
+  const auto weight_calls =
+      std::count_if(g_calls.begin(), g_calls.end(), [](const auto& c) { return c.first == 'W'; });
+  BOOST_TEST(weight_calls == (delay_weights ? 10 * 3 * (6 + mtp_depths) : 0));
 
   // The schedule really interleaved: microbatch 1's forward ran between microbatch 0's
   // backward calls in every step.
   std::size_t interleavings = 0;
   for (std::size_t k = 1; k + 1 < g_calls.size(); ++k)
-    if (g_calls[k] == std::pair<char, uint32_t>{'F', 1} && g_calls[k - 1] == std::pair<char, uint32_t>{'B', 0})
+    if (g_calls[k] == std::pair<char, uint32_t>{'F', 1} &&
+        g_calls[k - 1] == std::pair<char, uint32_t>{'B', 0})
       ++interleavings;
-  BOOST_TEST(interleavings >= 10u, "forward(1) ran between backward(0) stages in " << interleavings << " places");
+  BOOST_TEST(interleavings >= 10u,
+             "forward(1) ran between backward(0) stages in " << interleavings << " places");
 
   BOOST_TEST_REQUIRE(overlapped.losses.size() == reference.losses.size());
   for (std::size_t s = 0; s < reference.losses.size(); ++s) {
-    BOOST_TEST_MESSAGE("step " << s << ": loss " << reference.losses[s] << " (sequential), " << overlapped.losses[s]
-                               << " (combined_1f1b)");
-    BOOST_TEST(std::memcmp(&overlapped.losses[s], &reference.losses[s], sizeof(double)) == 0, "loss of step " << s);
+    BOOST_TEST_MESSAGE("step " << s << ": loss " << reference.losses[s] << " (sequential), "
+                               << overlapped.losses[s] << " (combined_1f1b)");
+    BOOST_TEST(std::memcmp(&overlapped.losses[s], &reference.losses[s], sizeof(double)) == 0,
+               "loss of step " << s);
   }
   BOOST_TEST(reference.losses.back() < reference.losses.front());  // it trained
   BOOST_TEST_REQUIRE(overlapped.weights.size() == reference.weights.size());
@@ -252,6 +272,13 @@ void check_bit_identical(bool mhc, bool delay_weights) {
 
 BOOST_AUTO_TEST_CASE(combined_1f1b_matches_sequential_bit_for_bit_with_moe_and_dense_layers) {
   check_bit_identical(false, true);
+}
+
+// Two multi-token-prediction depths (Megatron allows the overlap with at most one): each unit holds
+// the rolled tokens' embedding, the entry, a copy of the last decoder layer (an MoE layer, whose
+// "experts" stage the schedule overlaps too), the depth's norm and the shared head.
+BOOST_AUTO_TEST_CASE(combined_1f1b_matches_sequential_bit_for_bit_with_two_mtp_depths) {
+  check_bit_identical(false, true, 2);
 }
 
 BOOST_AUTO_TEST_CASE(combined_1f1b_matches_sequential_bit_for_bit_under_mhc) {
@@ -285,12 +312,15 @@ BOOST_AUTO_TEST_CASE(a_split_without_backward_weights_and_a_late_split_are_error
     return {};
   };
   const std::string missing = error_of(forgetful);
-  BOOST_TEST(missing.find("without calling backward_weights for microbatch 0 of unit") != std::string::npos, missing);
+  BOOST_TEST(missing.find("without calling backward_weights for microbatch 0 of unit") != std::string::npos,
+             missing);
   // The first unit whose weight gradients are due: the first decoder layer's attention, which
   // splits like moe.layer.
-  BOOST_TEST(missing.find("decoder.layers.0 attention (transformer.attention)") != std::string::npos, missing);
+  BOOST_TEST(missing.find("decoder.layers.0 attention (transformer.attention)") != std::string::npos,
+             missing);
   const std::string too_late = error_of(late);
-  BOOST_TEST(too_late.find("split_weight_gradients: the scheduler must ask before the step's first backward") !=
-                 std::string::npos,
-             too_late);
+  BOOST_TEST(
+      too_late.find("split_weight_gradients: the scheduler must ask before the step's first backward") !=
+          std::string::npos,
+      too_late);
 }

@@ -105,11 +105,13 @@ void check_parity(const std::vector<std::string>& overrides) {
   batch_file.add("targets", plexus::checkpoint::DType::i32, all_targets.shape(), bytes_of(all_targets));
   batch_file.write(dir.path() / "batch.safetensors");
   boost::json::object model_spec = settings.layer_config;
-  const boost::json::object spec{{"model", model_spec},
-                                 {"no_decay", no_decay},
-                                 {"optimizer", setup.run_config.at("optimizer")},
-                                 {"steps", 10},
-                                 {"mhc", setup.run_config.at("mhc")}};
+  const boost::json::object spec{
+      {"model", model_spec},
+      {"no_decay", no_decay},
+      {"optimizer", setup.run_config.at("optimizer")},
+      {"steps", 10},
+      {"mhc", setup.run_config.at("mhc")},
+      {"mtp", {{"depths", model.mtp_depths()}, {"scaling_factor", settings.mtp_loss_scaling_factor}}}};
   std::ofstream(dir.path() / "spec.json") << boost::json::serialize(spec);
 
   // Ours: one step's loss and gradients, then 10 AdamW steps on the same microbatches.
@@ -191,6 +193,18 @@ BOOST_AUTO_TEST_CASE(mhc_transposed_two_streams_swiglu) {
   check_parity({"mhc.enabled=true", "mhc.num_residual_streams=2", "mhc.transposed_h_res=true",
                 "mhc.init_gating_factor=0.3", "model.activation=\"swiglu\"",
                 R"(plugins.load=["sequential_scheduler","transformer","mhc_native"])"});
+}
+
+// Two multi-token-prediction depths after the main model (Megatron-LM's MTP): each depth's entry,
+// layer, final norm and the shared output layer, the rolled tokens and targets, the depths'
+// losses weighted by mtp_loss_scaling_factor / depths in the gradients but not in the reported
+// loss. A large factor (0.6) so that the MTP terms carry a good part of every shared gradient.
+BOOST_AUTO_TEST_CASE(mtp_two_depths_tied) {
+  check_parity({"model.mtp_num_layers=2", "model.mtp_loss_scaling_factor=0.6"});
+}
+BOOST_AUTO_TEST_CASE(mtp_one_depth_layernorm_swiglu_untied) {
+  check_parity({"model.mtp_num_layers=1", "model.normalization=\"LayerNorm\"", "model.activation=\"swiglu\"",
+                "model.untie_embeddings_and_output_weights=true"});
 }
 
 BOOST_AUTO_TEST_CASE(layernorm_swiglu_gqa_untied) {

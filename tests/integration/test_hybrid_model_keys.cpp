@@ -82,13 +82,15 @@ BOOST_AUTO_TEST_CASE(defaults_are_filled_as_before) {
       plexus::validated_component_options(mamba_host.get(PLX_KIND_LAYER, "mamba.mixer"), {}, "x");
   BOOST_TEST(mamba_defaults.as_object().contains("mamba_state_dim"));
   BOOST_TEST(mamba_attention.at("model").at("attention").at("options") == mamba_defaults);
-  // Exactly the framework's model keys and the stack's four: nothing more.
+  // Exactly the framework's model keys and the stack's five: nothing more.
   const plexus::config::Schema* framework_model = plexus::framework_schema().property("model");
   for (const auto& [key, value] : model) {
-    const bool stack_key = key == "attention" || key == "mlp" || key == "mamba" || key == "moe";
+    const bool stack_key =
+        key == "attention" || key == "mlp" || key == "mamba" || key == "moe" || key == "mtp_num_layers";
     BOOST_TEST((stack_key || framework_model->property(key) != nullptr), std::string(key));
   }
-  BOOST_TEST(model.size() == framework_model->properties().size() + 4U);
+  BOOST_TEST(model.at("mtp_num_layers") == 0);
+  BOOST_TEST(model.size() == framework_model->properties().size() + 5U);
   // `plexus config check` names the stack's component sections with the framework's.
   std::string sections;
   for (const plexus::ComponentRef& ref : plexus::component_refs(host, config)) sections += ref.section + " ";

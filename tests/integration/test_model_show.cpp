@@ -64,7 +64,30 @@ BOOST_AUTO_TEST_CASE(mhc_connections_count_their_products) {
     BOOST_TEST(unit_flops(mhc, component) - unit_flops(plain, component) == 23040.0,
                boost::test_tools::tolerance(1e-12));
   // Two layers of two sublayers each.
-  BOOST_TEST(mhc.at("flops_per_token").to_number<double>() - plain.at("flops_per_token").to_number<double>() ==
-                 4 * 23040.0,
-             boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(
+      mhc.at("flops_per_token").to_number<double>() - plain.at("flops_per_token").to_number<double>() ==
+          4 * 23040.0,
+      boost::test_tools::tolerance(1e-12));
+}
+
+// MTP depths: every unit of a depth is on the last pipeline stage whatever its layers' numbers
+// within the depth, and the depth's FLOPs count in the model's (its layers, entry and head are
+// trained work).
+BOOST_AUTO_TEST_CASE(mtp_depths_sit_on_the_last_stage) {
+  const auto shown = show(" --set model.seq_length=16 --set model.mtp_num_layers=1 --pp 2");
+  const auto plain = show(" --set model.seq_length=16 --pp 2");
+  int mtp_units = 0;
+  double mtp_flops = 0;
+  for (const auto& unit : shown.at("units").as_array()) {
+    const auto& u = unit.as_object();
+    if (u.at("mtp_depth").as_int64() != 1) continue;
+    ++mtp_units;
+    mtp_flops += u.at("flops_per_token").to_number<double>();
+    BOOST_TEST(u.at("pipeline_stage").as_int64() == 1, u.at("label").as_string());
+  }
+  BOOST_TEST(mtp_units == 6);  // embedding, entry, attention, MLP, final norm, head
+  BOOST_TEST(
+      shown.at("flops_per_token").to_number<double>() - plain.at("flops_per_token").to_number<double>() ==
+          mtp_flops,
+      boost::test_tools::tolerance(1e-12));
 }

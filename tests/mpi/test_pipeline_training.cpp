@@ -26,6 +26,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "mpi_launch.hpp"
@@ -235,6 +236,80 @@ BOOST_AUTO_TEST_CASE(hybrid_moe_mhc_and_zero_stages_equal_one_stage) {
     train(corpus, root / (name + "_pp2"), 4, zero + pipeline(2));
     expect_identical(root / (name + "_whole"), root / (name + "_pp2"), 6);
   }
+}
+
+// Multi-token prediction on the last stage (Megatron's place: with the head, on the last virtual
+// stage): the GPT's two MTP blocks at pp = 2 and 4 under 1F1B and at pp = 2 with virtual stages
+// under interleaved 1F1B, a hybrid pattern with '|' segments and '/' blocks at pp = 2, and ZeRO-3
+// beside pp = 2, tied and untied, and MoE with ep = 2 under the EP overlap. The
+// last stage holds its own copy of the word embedding for the MTP blocks even untied (as
+// Megatron), whose gradient the embedding group sums after the data-parallel reduction: another
+// order of the same fp32 sum, so within 1e-6 of pp = 1 (as tied embeddings), not bit-exact. The
+// per-depth losses agree as closely, and the checkpoints hold pp = 1's tensors.
+BOOST_AUTO_TEST_CASE(mtp_blocks_on_the_last_stage_match_one_stage) {
+  Corpus corpus;
+  const fs::path root = corpus.dir.path();
+  const std::string mtp = kModel + kUntied + kSchedules + " --set model.mtp_num_layers=2";
+  train(corpus, root / "whole", 1, mtp + " --set scheduler.component=1f1b");
+  train(corpus, root / "pp2", 2, mtp + pipeline(2));
+  train(corpus, root / "pp4", 4, mtp + pipeline(4));
+  train(corpus, root / "pp2_vpp2", 2,
+        mtp + pipeline(2, "interleaved_1f1b") + " --set distributed.pipeline.virtual_stages=2");
+
+  const std::string hybrid =
+      kUntied + R"( --set 'plugins.load=["pipeline_schedules","transformer","hybrid_stack"]')"
+                " --set 'model.pattern=*-|*-/*-' --set model.num_layers=4 --set train.microbatches=4"
+                " --set train.steps=4 --set distributed.timeout_s=60";
+  train(corpus, root / "hybrid_whole", 1, hybrid + " --set scheduler.component=1f1b");
+  train(corpus, root / "hybrid_pp2", 2, hybrid + pipeline(2));
+  // ZeRO-3 over dp = 2. Tied, the last stage's embedding copy is the head's FSDP unit, which the
+  // MTP depths read; untied, the first depth's embedding is the copy's unit.
+  const std::string zero3 =
+      kModel + kSchedules + " --set model.mtp_num_layers=2" +
+      R"( --set 'distributed.data_parallel.options={"strategy": "optim_grads_params"}')";
+  train(corpus, root / "zero3_whole", 2, zero3 + " --set scheduler.component=1f1b");
+  train(corpus, root / "zero3_pp2", 4, zero3 + pipeline(2));
+  train(corpus, root / "zero3_untied_whole", 2, zero3 + kUntied + " --set scheduler.component=1f1b");
+  train(corpus, root / "zero3_untied_pp2", 4, zero3 + kUntied + pipeline(2));
+  // One depth (Megatron's limit under the EP overlap) copying an MoE layer, ep = 2, under the
+  // interleaved schedule's combined steps.
+  const std::string moe = kModel + kUntied + kSchedules +
+                          " --set model.mtp_num_layers=1 --set model.moe.layer_freq=2" +
+                          R"( --set 'model.moe.options={"num_moe_experts": 4, "moe_router_topk": 2}')";
+  train(corpus, root / "moe_whole", 2,
+        moe + " --set 'distributed.topology.options={\"ep\": 2}' --set scheduler.component=1f1b");
+  train(corpus, root / "moe_pp2", 4,
+        moe +
+            " --set 'distributed.topology.options={\"ep\": 2, \"pp\": 2}' --set "
+            "scheduler.component=interleaved_1f1b" +
+            " --set distributed.pipeline.virtual_stages=2" +
+            R"( --set 'scheduler.options={"overlap_moe_expert_parallel_comm": true}')");
+
+  const auto depth_losses = [](const fs::path& run) {
+    std::vector<double> all;
+    for (const auto& step : records(run / "metrics.jsonl", "step"))
+      for (const auto& loss : step.at("mtp_losses").as_array()) all.push_back(loss.as_double());
+    return all;
+  };
+  for (const auto& [whole, run, steps] :
+       {std::tuple{"whole", "pp2", 6}, std::tuple{"whole", "pp4", 6}, std::tuple{"whole", "pp2_vpp2", 6},
+        std::tuple{"hybrid_whole", "hybrid_pp2", 4}, std::tuple{"zero3_whole", "zero3_pp2", 6},
+        std::tuple{"zero3_untied_whole", "zero3_untied_pp2", 6}, std::tuple{"moe_whole", "moe_pp2", 6}}) {
+    const Difference d = compare_runs(root / whole, root / run, steps);
+    BOOST_TEST(d.losses <= 1e-6, run);
+    BOOST_TEST(d.weights <= 1e-6, run);
+    BOOST_TEST(d.moments <= 1e-6, run);
+    const std::vector<double> a = depth_losses(root / whole), b = depth_losses(root / run);
+    BOOST_TEST_REQUIRE(a.size() == b.size());
+    BOOST_TEST_REQUIRE(!a.empty());
+    for (std::size_t i = 0; i < a.size(); ++i)
+      BOOST_TEST(std::abs(a[i] - b[i]) <= 1e-6 * std::abs(a[i]), run << " MTP loss " << i);
+    const auto merged = plexus::checkpoint::load_checkpoint(root / run / "checkpoints" / step_dir(steps));
+    const auto one = plexus::checkpoint::load_checkpoint(root / whole / "checkpoints" / step_dir(steps));
+    BOOST_TEST((merged.model.names() == one.model.names()), run);
+  }
+  BOOST_TEST(plexus::checkpoint::load_checkpoint(root / "hybrid_pp2" / "checkpoints" / step_dir(4))
+                 .model.contains("mtp.layers.0.mtp_model_layer.layers.1.mlp.linear_fc2.weight"));
 }
 
 // Checkpoints do not depend on the pipeline: 2 steps at pp = 2, 2 more at pp = 1, 2 more at pp = 4

@@ -15,6 +15,13 @@ spec.json: {"model": {...the resolved model section...}, "no_decay": [names],
             "optimizer": {...}, "steps": N, "mhc": {...the mhc section...} (optional)}
 With "mhc" enabled, every sublayer is wrapped in mHC as docs/mhc.md describes, with the
 primitives of tests/reference/mhc_reference.py (the reference of the "mhc" family).
+With "mtp": {"depths": D, "scaling_factor": f} (D > 0), D multi-token-prediction depths follow
+the main model as Megatron-LM's MultiTokenPredictionBlock computes them: depth k embeds the tokens
+rolled k places left (vacated places: token 0, target ignored), joins enorm(that) and hnorm(the
+hidden states of depth k-1 after their final norm; depth 0: the main model's) through eh_proj,
+runs one transformer layer (mtp.layers.<k-1>.transformer_layer.), its final_layernorm and the
+shared output layer against the targets rolled k places; the loss trained is the main loss plus
+f / D times the depths' losses, the loss reported the main one.
 result.safetensors: "loss" (float64 [1], the first step's loss), "grad/<name>" (the first
 step's gradients, float32), "losses" (float64 [N], the loss of each of N AdamW steps).
 """
@@ -133,7 +140,38 @@ def hyper_connected(streams, p, pre, hc, sublayer):
     return y.reshape(b, s, n, c)
 
 
-def forward(p, tokens, targets, m, hc=None):
+def roll_left(t, k, fill):
+    """t [B, S] moved k places left, the last k places `fill` (Megatron's roll_tensor with its mask)."""
+    out = torch.full_like(t, fill)
+    out[:, : t.shape[1] - k] = t[:, k:]
+    return out
+
+
+def mtp_losses(p, tokens, targets, y, m, depths):
+    """The MTP depths' losses after the main model's final-norm output y."""
+    h, losses = y, []
+    for k in range(1, depths + 1):
+        pre = f"mtp.layers.{k - 1}."
+        rolled_tokens, rolled_targets = roll_left(tokens, k, 0), roll_left(targets, k, -1)
+        e = p["embedding.word_embeddings.weight"][rolled_tokens.long()]
+        joined = torch.cat([norm(e, p, pre + "enorm.", m), norm(h, p, pre + "hnorm.", m)], dim=-1)
+        z = joined @ p[pre + "eh_proj.weight"].T
+        layer = pre + "transformer_layer."
+        z = z + attention(z, p, layer, m)
+        z = z + mlp(z, p, layer, m)
+        h = norm(z, p, pre + "final_layernorm.", m)
+        losses.append(lm_loss(p, h, rolled_targets, m))
+    return losses
+
+
+def lm_loss(p, y, targets, m):
+    head = "embedding.word_embeddings.weight" if not m["untie_embeddings_and_output_weights"] else "output_layer.weight"
+    logits = y @ p[head].T
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long(), ignore_index=-1)
+
+
+def forward(p, tokens, targets, m, hc=None, mtp=None):
+    """The loss to train and the main model's loss (the same without MTP)."""
     x = p["embedding.word_embeddings.weight"][tokens.long()]
     if hc and hc.get("enabled"):
         n = hc["num_residual_streams"]
@@ -150,9 +188,11 @@ def forward(p, tokens, targets, m, hc=None):
             x = x + attention(x, p, pre, m)
             x = x + mlp(x, p, pre, m)
     y = norm(x, p, "decoder.final_layernorm.", m)
-    head = "embedding.word_embeddings.weight" if not m["untie_embeddings_and_output_weights"] else "output_layer.weight"
-    logits = y @ p[head].T
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long(), ignore_index=-1)
+    loss = lm_loss(p, y, targets, m)
+    if not mtp or mtp["depths"] == 0:
+        return loss, loss
+    extra = mtp_losses(p, tokens, targets, y, m, mtp["depths"])
+    return loss + mtp["scaling_factor"] / mtp["depths"] * sum(extra), loss
 
 
 def learning_rate(o, step, total):
@@ -188,9 +228,9 @@ def main():
         opt.zero_grad()
         total = 0.0
         for mb in range(tokens.shape[0]):  # gradient accumulation, as the sequential scheduler
-            loss = forward(params, tokens[mb], targets[mb], m, spec.get("mhc")) / tokens.shape[0]
-            loss.backward()
-            total += loss.item()
+            trained, reported = forward(params, tokens[mb], targets[mb], m, spec.get("mhc"), spec.get("mtp"))
+            (trained / tokens.shape[0]).backward()
+            total += reported.item() / tokens.shape[0]
         losses.append(total)
         if step == 0:
             out["loss"] = torch.tensor([total], dtype=torch.float64)

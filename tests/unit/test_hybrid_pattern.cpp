@@ -27,7 +27,9 @@ hy::SymbolRules rules(const hy::SymbolTable& table = builtin()) {
   return r;
 }
 
-hy::Pattern parse(const std::string& text) { return hy::parse_pattern(text, rules()); }
+hy::Pattern parse(const std::string& text) {
+  return hy::parse_pattern(text, rules());
+}
 
 // The error a pattern gets: its rule and the 0-based position of the character it names.
 struct Refusal {
@@ -45,7 +47,9 @@ Refusal refusal(const std::string& text) {
   return {};
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 }  // namespace
 
@@ -93,6 +97,18 @@ BOOST_AUTO_TEST_CASE(the_gpt_with_every_kth_mlp_an_moe) {
   BOOST_TEST(hy::gpt_pattern(5, 3) == "[*E][*-][*-][*E][*-]");
   BOOST_TEST(hy::gpt_pattern(2, 0) == hy::gpt_pattern(2));
   BOOST_TEST(parse(hy::gpt_pattern(4, 2)).logical_layers == 4u);
+}
+
+// Megatron's GPT MTP block: one layer with the last decoder layer's spec, per depth.
+BOOST_AUTO_TEST_CASE(the_gpt_mtp_blocks_copy_the_last_layer) {
+  BOOST_TEST(hy::gpt_mtp_parts(3, 0, 2) == "/*-/*-");
+  BOOST_TEST(hy::gpt_mtp_parts(4, 2, 1) == "/*-");  // layer 3 is dense
+  BOOST_TEST(hy::gpt_mtp_parts(5, 2, 1) == "/*E");  // layer 4 is an MoE layer
+  BOOST_TEST(hy::gpt_mtp_parts(3, 1, 0).empty());
+  const hy::Pattern p = parse(hy::gpt_pattern(4, 2) + hy::gpt_mtp_parts(4, 2, 2));
+  BOOST_TEST(p.main_layers == 8u);
+  BOOST_TEST(p.mtp_depths == 2u);
+  BOOST_TEST(p.mtp_layers_per_depth == 2u);
 }
 
 // Megatron's example: "[*-][*-]|[*E][*E]" at virtual stage 1 of a 1-stage pipeline is the second
@@ -243,7 +259,8 @@ BOOST_AUTO_TEST_CASE(bad_symbol_maps_are_refused_naming_the_key) {
     }
     BOOST_FAIL(std::string("accepted: ") + symbols);
   };
-  refused(R"({"XY": {"component": "a"}})", "model.stack.options.symbols.XY: a symbol is one printable character");
+  refused(R"({"XY": {"component": "a"}})",
+          "model.stack.options.symbols.XY: a symbol is one printable character");
   refused(R"({"|": {"component": "a"}})", "model.stack.options.symbols.|");
   refused(R"({"X": "acme.layer"})", "model.stack.options.symbols.X: expected {");
   refused(R"({"X": {"options": {}}})", "model.stack.options.symbols.X.component: expected the name");
@@ -279,10 +296,29 @@ BOOST_AUTO_TEST_CASE(stack_description_prefixes_and_final_norm) {
     BOOST_TEST(std::string(d.layers[1]->kind) == "attention");
     BOOST_TEST(std::string(d.layers[3]->kind) == "mlp");
     BOOST_TEST(std::string(d.summary) == "the pattern \"M*M-\"");
-    BOOST_TEST(std::string(d.layout_keys) == "num_layers;pattern");
+    BOOST_TEST(std::string(d.layout_keys) == "num_layers;pattern;mtp_num_layers");
   }
   {
-    const hy::Stack moe_gpt(boost::json::value{{"num_layers", 4}, {"moe", {{"layer_freq", 2}}}}, boost::json::value());
+    // MTP blocks: Megatron's GPT names (the one inner layer under transformer_layer.) and the
+    // hybrid's (the nested stack's layers under mtp_model_layer.layers.j.).
+    const hy::Stack gpt(boost::json::value{{"num_layers", 2}, {"mtp_num_layers", 2}}, boost::json::value());
+    const plx_stack_description& d = gpt.description();
+    BOOST_TEST(d.num_layers == 8u);
+    BOOST_TEST(d.layers[6]->mtp_depth == 2u);
+    BOOST_TEST(std::string(d.layers[5]->checkpoint_prefix) == "mtp.layers.0.transformer_layer.");
+    BOOST_TEST(std::string(d.summary) == "the GPT of 2 layers and 2 MTP block(s)");
+    const hy::Stack hybrid(model("M*M-/*-/*-", 4), boost::json::value());
+    const plx_stack_description& h = hybrid.description();
+    BOOST_TEST(std::string(h.layers[7]->checkpoint_prefix) == "mtp.layers.1.mtp_model_layer.layers.1.");
+    BOOST_TEST_REQUIRE(h.layers[7]->mtp_depth == 2u);
+    BOOST_CHECK_EXCEPTION(
+        hy::Stack(boost::json::value{{"num_layers", 4}, {"pattern", "M*M-/*-"}, {"mtp_num_layers", 2}},
+                  boost::json::value()),
+        std::invalid_argument, [](const auto& e) { return contains(e.what(), "model.mtp_num_layers is 2"); });
+  }
+  {
+    const hy::Stack moe_gpt(boost::json::value{{"num_layers", 4}, {"moe", {{"layer_freq", 2}}}},
+                            boost::json::value());
     const plx_stack_description& d = moe_gpt.description();
     BOOST_TEST(std::string(d.layers[1]->kind) == "moe");
     BOOST_TEST(std::string(d.layers[3]->kind) == "mlp");
@@ -290,7 +326,8 @@ BOOST_AUTO_TEST_CASE(stack_description_prefixes_and_final_norm) {
                "the GPT of 4 layers, an MoE MLP every 2 layers from layer 0 (model.moe.layer_freq)");
   }
   {
-    const hy::Stack custom(model("*S", 2), boost::json::parse(R"({"symbols": {"S": {"component": "acme.scale"}}})"));
+    const hy::Stack custom(model("*S", 2),
+                           boost::json::parse(R"({"symbols": {"S": {"component": "acme.scale"}}})"));
     BOOST_TEST(std::string(custom.description().layers[1]->kind) == "layer 'S'");
   }
   {
@@ -303,9 +340,11 @@ BOOST_AUTO_TEST_CASE(stack_description_prefixes_and_final_norm) {
   }
   BOOST_CHECK_EXCEPTION(hy::Stack(model("M*M-M*M-", 4), boost::json::value()), std::invalid_argument,
                         [](const auto& e) {
-                          return contains(e.what(), "model.num_layers is 4, but model.pattern \"M*M-M*M-\" has 8 "
-                                                    "layers: set model.num_layers to 8");
+                          return contains(e.what(),
+                                          "model.num_layers is 4, but model.pattern \"M*M-M*M-\" has 8 "
+                                          "layers: set model.num_layers to 8");
                         });
-  BOOST_CHECK_EXCEPTION(hy::Stack(model("M[M*", 3), boost::json::value()), std::invalid_argument,
-                        [](const auto& e) { return contains(e.what(), "model.pattern: '[' starts a layer group"); });
+  BOOST_CHECK_EXCEPTION(
+      hy::Stack(model("M[M*", 3), boost::json::value()), std::invalid_argument,
+      [](const auto& e) { return contains(e.what(), "model.pattern: '[' starts a layer group"); });
 }

@@ -42,14 +42,17 @@ bool is_head(const std::string& component) {
   return component == "transformer.lm_head";
 }
 
-// The inputs each component takes, random: token ids, hidden states, or hidden states and targets
-// (with one ignored target).
+// The inputs each component takes, random: token ids, hidden states, two hidden states (the MTP
+// entry's rolled tokens' embedding and the depth before's hidden states), or hidden states and
+// targets (with one ignored target).
 std::vector<Tensor> make_inputs(const std::string& component, const tt::Model& m, std::mt19937_64& rng) {
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(m.vocab_size - 1));
   std::vector<int32_t> ids(static_cast<std::size_t>(kBatch * kSeq));
   for (int32_t& v : ids) v = id(rng);
   if (component == "transformer.embedding") return {Tensor::ints({kBatch, kSeq}, ids)};
   Tensor x = tt::random_tensor({kBatch, kSeq, m.hidden_size}, kF64, rng);
+  if (component == "transformer.mtp_entry")
+    return {x, tt::random_tensor({kBatch, kSeq, m.hidden_size}, kF64, rng)};
   if (!is_head(component)) return {x};
   ids[3] = -1;  // ignored: contributes neither to the loss nor to the count
   return {x, Tensor::ints({kBatch, kSeq}, ids)};
@@ -249,6 +252,14 @@ BOOST_AUTO_TEST_CASE(lm_head_untied) {
   gradcheck("transformer.lm_head", m, 14);
 }
 
+// The multi-token-prediction entry: both inputs through their own norm, eh_proj over the two.
+BOOST_AUTO_TEST_CASE(mtp_entry_rmsnorm) {
+  gradcheck("transformer.mtp_entry", model("RMSNorm", "gelu", 3), 15);
+}
+BOOST_AUTO_TEST_CASE(mtp_entry_layernorm) {
+  gradcheck("transformer.mtp_entry", model("LayerNorm", "gelu", 3), 16);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(accumulation)
@@ -259,6 +270,136 @@ BOOST_AUTO_TEST_CASE(param_grads_accumulate_and_input_grads_are_written) {
   accumulates("transformer.mlp", model("LayerNorm", "swiglu", 3), 23);
   accumulates("transformer.norm", model("LayerNorm", "gelu", 3), 24);
   accumulates("transformer.lm_head", model("RMSNorm", "gelu", 3), 25);
+  accumulates("transformer.mtp_entry", model("LayerNorm", "gelu", 3), 26);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// One whole multi-token-prediction depth of the GPT in float64, as the engine chains it: the
+// entry z = eh_proj([enorm(e); hnorm(h)]), its transformer layer on a residual stream of its own
+// (z1 = z + attention(z), z2 = z1 + mlp(z1)), the depth's final norm and the output layer's loss
+// against the rolled targets, L = s * loss. Every gradient (of e, h and every parameter of every
+// layer) from the chained backward calls against central differences of L; same tolerances.
+BOOST_AUTO_TEST_SUITE(mtp_block)
+
+namespace {
+
+struct Block {
+  tt::Model m;
+  tt::Layer entry, attention, mlp, norm, head;
+  std::vector<tt::Run*> runs;  // in forward order
+  tt::Run entry_run, attention_run, mlp_run, norm_run, head_run;
+
+  static tt::Model model() {
+    tt::Model m = ::model("LayerNorm", "swiglu", 1);
+    m.untie_embeddings_and_output_weights = true;  // the head's weight is its own parameter here
+    return m;
+  }
+  Block(std::mt19937_64& rng)
+      : m(model()),
+        entry("transformer.mtp_entry", m),
+        attention("transformer.attention", m),
+        mlp("transformer.mlp", m),
+        norm("transformer.norm", m),
+        head("transformer.lm_head", m),
+        entry_run(*entry, make_inputs("transformer.mtp_entry", m, rng), tt::random_params(*entry, kF64, rng),
+                  kF64),
+        attention_run(*attention, {}, tt::random_params(*attention, kF64, rng), kF64),
+        mlp_run(*mlp, {}, tt::random_params(*mlp, kF64, rng), kF64),
+        norm_run(*norm, {}, tt::random_params(*norm, kF64, rng), kF64),
+        head_run(*head, make_inputs("transformer.lm_head", m, rng), tt::random_params(*head, kF64, rng),
+                 kF64) {
+    runs = {&entry_run, &attention_run, &mlp_run, &norm_run, &head_run};
+  }
+
+  static Tensor sum(const Tensor& a, const Tensor& b) {
+    Tensor out(a.shape, kF64);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(a.numel()); ++i) out.set(i, a.get(i) + b.get(i));
+    return out;
+  }
+
+  // L = s * loss for the current inputs and parameters.
+  double objective() {
+    const Tensor z = entry_run.forward(true).at(0);
+    attention_run.inputs = {z};
+    const Tensor z1 = sum(z, attention_run.forward(true).at(0));
+    mlp_run.inputs = {z1};
+    const Tensor z2 = sum(z1, mlp_run.forward(true).at(0));
+    norm_run.inputs = {z2};
+    head_run.inputs.at(0) = norm_run.forward(true).at(0);
+    return kLossScale * head_run.forward(true).at(0).get(0);
+  }
+
+  static std::vector<Tensor> zeros_like(const std::vector<Tensor>& ts) {
+    std::vector<Tensor> out;
+    for (const Tensor& t : ts) out.emplace_back(t.shape, t.dtype);
+    return out;
+  }
+
+  // The chained backward after objective(): the gradients of e and h, and of every layer's
+  // parameters (in `param_grads`, per run).
+  std::vector<Tensor> backward(std::vector<std::vector<Tensor>>& param_grads) {
+    for (tt::Run* run : runs) param_grads.push_back(zeros_like(run->params));
+    const auto hidden = [&] { return Tensor(entry_run.inputs[0].shape, kF64); };
+    // The head: dL/dloss = s, no logits gradient, the targets have none.
+    Tensor seed({1}, kF64);
+    seed.set(0, kLossScale);
+    Tensor logits = head_run.outputs.at(1), targets = head_run.inputs.at(1);
+    logits.null_data = targets.null_data = true;
+    std::vector<Tensor> go = {seed, logits}, gi = {hidden(), targets};
+    head_run.backward(go, gi, param_grads[4]);
+    go = {gi[0]};
+    gi = {hidden()};
+    norm_run.backward(go, gi, param_grads[3]);
+    const Tensor dz2 = gi[0];
+    go = {dz2};
+    gi = {hidden()};
+    mlp_run.backward(go, gi, param_grads[2]);
+    const Tensor dz1 = sum(dz2, gi[0]);
+    go = {dz1};
+    gi = {hidden()};
+    attention_run.backward(go, gi, param_grads[1]);
+    const Tensor dz = sum(dz1, gi[0]);
+    go = {dz};
+    gi = {hidden(), hidden()};
+    entry_run.backward(go, gi, param_grads[0]);
+    return gi;
+  }
+
+  std::vector<double> numeric(Tensor& t) {
+    std::vector<double> out(static_cast<std::size_t>(t.numel()));
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      const double saved = t.get(i);
+      t.set(i, saved + kStep);
+      const double plus = objective();
+      t.set(i, saved - kStep);
+      const double minus = objective();
+      t.set(i, saved);
+      out[i] = (plus - minus) / (2 * kStep);
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(one_depth_chained_as_the_engine_does) {
+  std::mt19937_64 rng(31);
+  Block block(rng);
+  block.head_run.inputs.at(1).i32[3] = -1;  // a rolled-out target: ignored
+  block.objective();
+  std::vector<std::vector<Tensor>> param_grads;
+  const std::vector<Tensor> input_grads = block.backward(param_grads);
+  compare("e (the rolled tokens' embedding)", input_grads[0].values(),
+          block.numeric(block.entry_run.inputs[0]));
+  compare("h (the depth before's hidden states)", input_grads[1].values(),
+          block.numeric(block.entry_run.inputs[1]));
+  const std::vector<const tt::Layer*> layers = {&block.entry, &block.attention, &block.mlp, &block.norm,
+                                                &block.head};
+  for (std::size_t r = 0; r < block.runs.size(); ++r)
+    for (std::size_t p = 0; p < block.runs[r]->params.size(); ++p)
+      compare(std::string((*layers[r])->param(static_cast<uint32_t>(p)).name), param_grads[r][p].values(),
+              block.numeric(block.runs[r]->params[p]));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

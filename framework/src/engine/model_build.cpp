@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "engine/model_internal.hpp"
@@ -24,23 +25,24 @@ struct Model::UnitSource {
   // one, for depth-scaled init); the others by their position in the stack.
   uint32_t layer_index = 0;
   const DecoderLayerPlan* layer = nullptr;  // a decoder layer's plan
+  uint32_t mtp_depth = 0;                   // the MTP depth it belongs to (0: the main model)
+
+  // A decoder layer of the plan (the main decoder's or an MTP depth's), numbered `index`.
+  static UnitSource of_layer(const DecoderLayerPlan& layer, uint32_t index) {
+    UnitSource source;
+    source.component = layer.component;
+    source.options = layer.options;
+    source.options_path = layer.options_path;
+    source.prefix = layer.checkpoint_prefix;
+    source.label = layer.label;
+    source.layer_index = index;
+    source.layer = &layer;
+    source.mtp_depth = layer.mtp_depth;
+    return source;
+  }
 };
 
 namespace {
-
-const char* role_name(UnitRole role) {
-  switch (role) {
-    case UnitRole::embedding:
-      return "embedding";
-    case UnitRole::final_norm:
-      return "final norm";
-    case UnitRole::head:
-      return "head";
-    case UnitRole::decoder:
-      break;
-  }
-  return "decoder layer";
-}
 
 DLDevice device_of(const boost::json::value& run_config) {
   const auto* run = run_config.as_object().if_contains("run");
@@ -99,11 +101,11 @@ Model::Model(const PluginHost& host, const boost::json::value& run_config, Model
   // The decoder as the stack describes it (plexus/stack.h): the GPT's [*-] x num_layers, or a
   // hybrid pattern. Units are physical layers; a scheduler drives logical ones (groups).
   plan_ = plan_decoder(host, run_config);
-  if (plan_.mtp_depths > 0)
-    throw config::ConfigError("model",
+  if (plan_.mtp_depths > 0 && settings_.mhc.enabled)
+    throw config::ConfigError("mhc.enabled",
                               plan_.summary + " has " + std::to_string(plan_.mtp_depths) +
-                                  " block(s) of multi-token prediction, which the stack describes, but "
-                                  "training MTP layers is not built yet: describe a decoder without them");
+                                  " multi-token-prediction block(s), whose layers run on a plain "
+                                  "residual stream: mHC with MTP is not supported");
   model_config_ = std::make_unique<ConfigHandle>(boost::json::value(settings_.layer_config), "model");
   if (options.placement.chunks.empty()) options.placement = ModelPlacement::whole(plan_);
   check_placement(options.placement, plan_);
@@ -142,25 +144,60 @@ void Model::build_chunk(const boost::json::value& model_section, const ChunkSpec
     if (static_cast<int64_t>(layer.logical) != logical) chunk.logical.push_back({units_.size(), 0});
     logical = layer.logical;
     ++chunk.logical.back().count;
-    UnitSource source;
-    source.component = layer.component;
-    source.options = layer.options;
-    source.options_path = layer.options_path;
-    source.prefix = layer.checkpoint_prefix;
-    source.label = layer.label;
-    source.layer_index = layer.logical;
-    source.layer = &layer;
-    build_unit(source);
+    build_unit(UnitSource::of_layer(layer, layer.logical));
   }
   if (spec.output_layers) {
     chunk.logical.push_back({units_.size(), 1});
     build_unit(section("final_norm", UnitRole::final_norm, plan_.num_logical + 1, plan_.final_norm_prefix,
                        "final norm"));
+    chunk.final_norm_unit = units_.size() - 1;
     chunk.logical.push_back({units_.size(), 1});
     build_unit(section("head", UnitRole::head, plan_.num_logical + 2, "", "head"));
+    chunk.head_unit = units_.size() - 1;
+    for (uint32_t depth = 1; depth <= plan_.mtp_depths; ++depth) build_mtp_depth(model_section, depth, chunk);
   }
   chunk.end_unit = units_.size();
   chunks_.push_back(std::move(chunk));
+}
+
+// MTP depth `depth` (after the head, on the chunk holding it): one scheduler unit of the rolled
+// tokens' embedding (the model's embedding component: its word embeddings are the same parameter),
+// the entry, the depth's decoder layers (the plan's), its final norm and the head (the model's
+// head component: the same output layer). Megatron's names: mtp.layers.<depth-1>.{enorm, hnorm,
+// eh_proj, final_layernorm}; the inner layers' come from the stack.
+void Model::build_mtp_depth(const boost::json::value& model_section, uint32_t depth, Chunk& chunk) {
+  const std::string prefix = "mtp.layers." + std::to_string(depth - 1) + ".";
+  const std::string label = "mtp.layers." + std::to_string(depth - 1);
+  const uint32_t base = plan_.num_logical + 3 + (depth - 1) * 4;  // numbers after the head's
+  const auto section = [&](const char* name, UnitRole role, uint32_t index, std::string unit_prefix,
+                           const std::string& what) {
+    UnitSource source;
+    source.role = role;
+    source.component = std::string(model_section.at(name).at("component").as_string());
+    source.options = model_section.at(name).at("options");
+    source.options_path = std::string("model.") + name + ".options";
+    source.prefix = std::move(unit_prefix);
+    source.label = label + " " + what;
+    source.layer_index = index;
+    source.mtp_depth = depth;
+    return source;
+  };
+  Chunk::MtpDepth units;
+  chunk.logical.push_back({units_.size(), 0});
+  units.embedding = units_.size();
+  build_unit(section("embedding", UnitRole::mtp_embedding, base, "", "embedding"));
+  units.entry = units_.size();
+  build_unit(section("mtp_entry", UnitRole::mtp_entry, base + 1, prefix, "entry"));
+  for (const DecoderLayerPlan& layer : plan_.layers) {
+    if (layer.mtp_depth != depth) continue;
+    build_unit(UnitSource::of_layer(layer, layer.physical));
+  }
+  units.norm = units_.size();
+  build_unit(section("final_norm", UnitRole::mtp_norm, base + 2, prefix + "final_layernorm.", "final norm"));
+  units.head = units_.size();
+  build_unit(section("head", UnitRole::mtp_head, base + 3, "", "head"));
+  chunk.logical.back().count = units_.size() - chunk.logical.back().first;
+  chunk.mtp.push_back(units);
 }
 
 void Model::build_unit(const UnitSource& source) {
@@ -169,6 +206,7 @@ void Model::build_unit(const UnitSource& source) {
   unit->label = source.label + " (" + source.component + ")";
   unit->component = source.component;
   unit->role = source.role;
+  unit->mtp_depth = source.mtp_depth;
   if (source.layer != nullptr) {
     unit->symbol = source.layer->symbol;
     unit->physical = source.layer->physical;
@@ -187,14 +225,17 @@ void Model::build_unit(const UnitSource& source) {
   unit->layer = std::make_unique<LayerInstance>(component, args);
 
   const plx_layer_info info = unit->layer->info();
-  const uint32_t inputs_expected = unit->role == UnitRole::head ? 2 : 1;
+  const bool two_inputs =
+      unit->role == UnitRole::head || unit->role == UnitRole::mtp_head || unit->role == UnitRole::mtp_entry;
+  const uint32_t inputs_expected = two_inputs ? 2 : 1;
   if (info.num_inputs != inputs_expected || info.num_outputs < 1 || info.num_stages < 1)
     throw std::runtime_error(
         unit->label + ": as the model's " + role_name(unit->role) + " a layer needs " +
         std::to_string(inputs_expected) + " input(s), 1 or more outputs and stages; it declares " +
         std::to_string(info.num_inputs) + " inputs, " + std::to_string(info.num_outputs) + " outputs, " +
         std::to_string(info.num_stages) + " stages");
-  if (unit->role == UnitRole::head && (info.flags & PLX_LAYER_PRODUCES_LOSS) == 0)
+  if ((unit->role == UnitRole::head || unit->role == UnitRole::mtp_head) &&
+      (info.flags & PLX_LAYER_PRODUCES_LOSS) == 0)
     throw std::runtime_error(unit->label +
                              ": the model's head must produce a loss (PLX_LAYER_PRODUCES_LOSS)");
   unit->num_outputs = info.num_outputs;
@@ -265,6 +306,9 @@ void Model::shard_parameters(const Component& strategy, plx_config options, int6
     throw config::ConfigError(
         key, "expected 1 or more logical layers per unit, got " + std::to_string(layers_per_unit));
   std::vector<FsdpUnit> fsdp;
+  // A parameter's values live in the buffer of the first FSDP unit that lists it (its owner);
+  // later units using it (the tied head, the MTP depths' embedding and head) read that buffer.
+  std::vector<std::size_t> owner(params_.size(), SIZE_MAX);
   const auto add = [&](std::string name, const LogicalUnit* first, std::size_t logical_count) {
     FsdpUnit unit;
     unit.name = std::move(name);
@@ -272,12 +316,19 @@ void Model::shard_parameters(const Component& strategy, plx_config options, int6
     const LogicalUnit& end = first[logical_count - 1];
     unit.last_unit = end.first + end.count - 1;
     for (std::size_t u = unit.first_unit; u <= unit.last_unit; ++u)
-      for (std::size_t p : units_[u]->gradient_params) unit.params.push_back(p);
+      for (std::size_t p : units_[u]->gradient_params) {
+        unit.params.push_back(p);
+        if (owner[p] == SIZE_MAX) owner[p] = fsdp.size();
+      }
     fsdp.push_back(std::move(unit));
+  };
+  const auto owns_alone = [&](std::size_t u) {
+    return std::any_of(units_[u]->params.begin(), units_[u]->params.end(),
+                       [&](std::size_t p) { return p < alone.size() && alone[p] && owner[p] == SIZE_MAX; });
   };
   for (const Chunk& chunk : chunks_) {
     const std::size_t begin = chunk.embedding ? 1 : 0;
-    const std::size_t end = chunk.logical.size() - (chunk.head ? 2 : 0);
+    const std::size_t end = chunk.logical.size() - (chunk.head ? 2 + chunk.mtp.size() : 0);
     const auto decoder_layers = static_cast<int64_t>(end - begin);
     if (layers_per_unit > 1 && layers_per_unit >= decoder_layers)
       throw config::ConfigError(
@@ -308,14 +359,28 @@ void Model::shard_parameters(const Component& strategy, plx_config options, int6
     } else {
       add("output layers", &chunk.logical[end], 2);
     }
+    for (std::size_t d = 0; d < chunk.mtp.size(); ++d) {
+      const std::string name = "mtp.layers." + std::to_string(d);
+      const LogicalUnit& depth = chunk.logical[end + 2 + d];
+      if (!owns_alone(chunk.mtp[d].embedding)) {
+        add(name, &depth, 1);
+        continue;
+      }
+      // Untied, the last stage's first use of its word-embedding copy is the first depth's
+      // embedding: a unit of its own, so the copy keeps a buffer laid out as its owner's.
+      const LogicalUnit embedding{chunk.mtp[d].embedding, 1};
+      const LogicalUnit rest{chunk.mtp[d].entry, depth.first + depth.count - chunk.mtp[d].entry};
+      add(name + " embedding", &embedding, 1);
+      add(name, &rest, 1);
+    }
   }
-  for (const FsdpUnit& unit : fsdp)
-    for (std::size_t p : unit.params)
-      if (p < alone.size() && alone[p] && unit.params.size() != 1)
+  for (std::size_t f = 0; f < fsdp.size(); ++f)
+    for (std::size_t p : fsdp[f].params)
+      if (p < alone.size() && alone[p] && owner[p] == f && fsdp[f].params.size() != 1)
         throw config::ConfigError(key, "parameter " + params_[p].name +
                                            " is held by two pipeline stages and must be "
                                            "alone in its FSDP unit's buffer, but unit " +
-                                           unit.name + " holds " + std::to_string(unit.params.size()) +
+                                           fsdp[f].name + " holds " + std::to_string(fsdp[f].params.size()) +
                                            " parameters");
   residency_ = make_sharded_residency(params_, fsdp, units_.size(), strategy, options, runtime, device_);
 }

@@ -84,9 +84,14 @@ void Model::set_chunk_output_grad(uint32_t chunk, uint32_t microbatch, Tensor gr
   run.output_grad_set = true;
 }
 
+uint32_t Model::mtp_depths() const noexcept {
+  return plan_.mtp_depths;
+}
+
 double Model::finish_microbatches() {
   double loss = 0;
   std::size_t losses = 0;
+  std::vector<double> mtp(plan_.mtp_depths, 0.0);
   try {
     for (uint32_t c = 0; c < runs_.size(); ++c)
       for (const auto& run : runs_[c]) {
@@ -106,6 +111,7 @@ double Model::finish_microbatches() {
         }
         if (!run->chunk->head) continue;
         loss += run->loss;
+        for (std::size_t d = 0; d < run->mtp_losses.size(); ++d) mtp[d] += run->mtp_losses[d];
         ++losses;
       }
   } catch (...) {
@@ -114,6 +120,11 @@ double Model::finish_microbatches() {
   }
   runs_.clear();
   if (!std::isfinite(loss)) throw NonFiniteError("non-finite loss");
+  for (double& depth_loss : mtp) {
+    if (!std::isfinite(depth_loss)) throw NonFiniteError("non-finite multi-token-prediction loss");
+    if (losses > 0) depth_loss /= static_cast<double>(losses);
+  }
+  mtp_losses_ = std::move(mtp);
   return losses == 0 ? 0.0 : loss / static_cast<double>(losses);
 }
 

@@ -13,7 +13,35 @@
 
 namespace plexus {
 
-enum class UnitRole { embedding, decoder, final_norm, head };
+// A unit's place in the dataflow. The main model: embedding -> decoder layers -> final norm ->
+// head. Each multi-token-prediction depth k after it (Megatron-LM's MTP layer): mtp_embedding of
+// the tokens rolled k places -> mtp_entry (enorm, hnorm, eh_proj over that and depth k-1's
+// hidden states) -> its decoder layers on a stream of their own -> mtp_norm -> mtp_head (the
+// shared output layer, targets rolled k places).
+enum class UnitRole { embedding, decoder, final_norm, head, mtp_embedding, mtp_entry, mtp_norm, mtp_head };
+
+// The role's words in messages: "final norm", "MTP entry", "decoder layer".
+inline const char* role_name(UnitRole role) {
+  switch (role) {
+    case UnitRole::embedding:
+      return "embedding";
+    case UnitRole::final_norm:
+      return "final norm";
+    case UnitRole::head:
+      return "head";
+    case UnitRole::mtp_embedding:
+      return "MTP embedding";
+    case UnitRole::mtp_entry:
+      return "MTP entry";
+    case UnitRole::mtp_norm:
+      return "MTP final norm";
+    case UnitRole::mtp_head:
+      return "MTP head";
+    case UnitRole::decoder:
+      break;
+  }
+  return "decoder layer";
+}
 
 struct Model::Unit {
   std::string label;  // for messages: "decoder.layers.2 attention (transformer.attention)"
@@ -21,6 +49,7 @@ struct Model::Unit {
   std::string component;
   std::string symbol;                                 // decoder layers: the stack's symbol
   int64_t physical = -1, logical = -1, segment = -1;  // decoder layers: their numbers
+  uint32_t mtp_depth = 0;                             // 0: the main model; k >= 1: the k-th MTP depth's unit
   std::unique_ptr<ConfigHandle> config;
   std::unique_ptr<LayerInstance> layer;
   std::vector<std::size_t> params;  // indices into the ParameterStore, in the layer's order
@@ -45,6 +74,12 @@ struct Model::Chunk {
   std::size_t first_unit = 0, end_unit = 0;  // its model units [first_unit, end_unit)
   std::vector<LogicalUnit> logical;          // its scheduler units, in forward order
   bool embedding = false, head = false;      // it starts with the embedding, ends with the head
+  // With the head: the main final norm's and head's units, and each MTP depth's (after them).
+  std::size_t final_norm_unit = 0, head_unit = 0;
+  struct MtpDepth {
+    std::size_t embedding = 0, entry = 0, norm = 0, head = 0;
+  };
+  std::vector<MtpDepth> mtp;
 };
 
 // Where a unit's weight gradients stand in one microbatch when the scheduler splits them off.
@@ -80,6 +115,14 @@ struct Model::Run {
   uint32_t backward_stage = 0;
   bool input_set = false, output_grad_set = false;  // a chunk boundary's tensor arrived
   double loss = 0;
+  // Multi-token prediction, per depth k-1: the rolled tokens and targets, the depth's own
+  // stream, the entry's gradients of its two inputs, and the loss; the scale of those losses'
+  // gradients (mtp_loss_scaling_factor / depths of the main loss's).
+  std::vector<Tensor> mtp_tokens, mtp_targets;
+  std::vector<std::unique_ptr<ConnectionState>> mtp_connections;
+  std::vector<Tensor> mtp_embedding_grads, mtp_hidden_grads;
+  std::vector<double> mtp_losses;
+  Tensor mtp_loss_scale;
   bool forward_complete() const noexcept { return forward_unit == chunk->end_unit; }
   bool backward_complete() const noexcept { return backward_unit < static_cast<int64_t>(chunk->first_unit); }
 };

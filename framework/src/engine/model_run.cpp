@@ -87,6 +87,7 @@ std::unique_ptr<Model::Run> Model::start_run(uint32_t chunk_index, const Batch& 
   for (std::size_t u = chunk.first_unit; u < chunk.end_unit; ++u)
     run->states[u] = units_[u]->layer->create_state(microbatch);
   run->connection = connection_->start({shape[0], shape[1], microbatch, training, run->profile});
+  if (chunk.head && !chunk.mtp.empty()) start_mtp(*run, batch);
   run->ledger = residency_->start_microbatch();
   run->forward_unit = chunk.first_unit;
   run->backward_unit = static_cast<int64_t>(chunk.end_unit) - 1;
@@ -152,11 +153,21 @@ std::vector<DLTensor> Model::forward_inputs(Run& run, std::size_t u, uint32_t st
     case UnitRole::embedding:
       return {run.tokens.view()};
     case UnitRole::decoder:
-      return {connection_->layer_input(*run.connection, u, first_stage).view()};
+      return {connection_->layer_input(stream_of(run, u), u, first_stage).view()};
     case UnitRole::final_norm:
       return {connection_->leave(*run.connection, first_stage).view()};
     case UnitRole::head:
       return {run.outputs[u - 1][0].view(), run.targets.view()};
+    case UnitRole::mtp_embedding:
+      return {run.mtp_tokens[depth_index(u)].view()};
+    case UnitRole::mtp_entry: {
+      const std::size_t d = depth_index(u);
+      return {run.outputs[run.chunk->mtp[d].embedding][0].view(), hidden_before(run, d).view()};
+    }
+    case UnitRole::mtp_norm:
+      return {connection_->leave(stream_of(run, u), first_stage).view()};
+    case UnitRole::mtp_head:
+      return {run.outputs[u - 1][0].view(), run.mtp_targets[depth_index(u)].view()};
   }
   return {};
 }
@@ -170,13 +181,25 @@ void Model::fold_forward(Run& run, std::size_t u) {
       outputs.clear();
       break;
     case UnitRole::decoder:
-      connection_->fold(*run.connection, u, std::move(outputs[0]));
+      connection_->fold(stream_of(run, u), u, std::move(outputs[0]));
       outputs.clear();  // F's output is folded into the stream; free it now
       break;
     case UnitRole::final_norm:
-      break;  // the head reads it
+    case UnitRole::mtp_norm:
+      break;  // the head reads it, and the next MTP depth's entry
     case UnitRole::head:
       run.loss = device_ops::read_scalar(outputs[0]);
+      break;
+    case UnitRole::mtp_embedding:
+      break;  // the entry reads it
+    case UnitRole::mtp_entry: {
+      connection_->enter(stream_of(run, u), std::move(outputs[0]));
+      outputs.clear();
+      run.outputs[run.chunk->mtp[depth_index(u)].embedding].clear();
+      break;
+    }
+    case UnitRole::mtp_head:
+      run.mtp_losses[depth_index(u)] = device_ops::read_scalar(outputs[0]);
       break;
   }
 }
@@ -210,7 +233,7 @@ void Model::backward_stage(Run& run, std::size_t u, uint32_t stage) {
       grad_inputs = {written_like(connection_->leave(connection, false))};
       break;
     case UnitRole::decoder: {
-      const Tensor& df = connection_->layer_output_grad(connection, u, first_stage);
+      const Tensor& df = connection_->layer_output_grad(stream_of(run, u), u, first_stage);
       grad_outputs = {df.view()};
       grad_inputs = {written_like(df)};
       break;
@@ -218,6 +241,28 @@ void Model::backward_stage(Run& run, std::size_t u, uint32_t stage) {
     case UnitRole::embedding:
       grad_outputs = {connection_->enter_backward(connection, first_stage).view()};
       grad_inputs = {absent(run.tokens)};
+      break;
+    case UnitRole::mtp_head:
+      grad_outputs = {run.mtp_loss_scale.view()};
+      for (uint32_t o = 1; o < unit.num_outputs; ++o) grad_outputs.push_back(absent(run.outputs[u][o]));
+      grad_inputs = {written_like(run.outputs[u - 1][0]), absent(run.mtp_targets[depth_index(u)])};
+      break;
+    case UnitRole::mtp_norm:
+      grad_outputs = {run.grad_inputs[u + 1].view()};
+      grad_inputs = {written_like(connection_->leave(stream_of(run, u), false))};
+      break;
+    case UnitRole::mtp_entry: {
+      const std::size_t d = depth_index(u);
+      const Tensor& dz = connection_->enter_backward(stream_of(run, u), first_stage);
+      grad_outputs = {dz.view()};
+      for (Tensor* grad : {&run.mtp_embedding_grads[d], &run.mtp_hidden_grads[d]})
+        if (grad->empty()) *grad = Tensor(dz.shape(), dz.dtype(), device_);
+      grad_inputs = {run.mtp_embedding_grads[d].view(), run.mtp_hidden_grads[d].view()};
+      break;
+    }
+    case UnitRole::mtp_embedding:
+      grad_outputs = {run.mtp_embedding_grads[depth_index(u)].view()};
+      grad_inputs = {absent(run.mtp_tokens[depth_index(u)])};
       break;
   }
   const bool split = split_weights_ && unit.layer->has_backward_weights();
@@ -242,18 +287,84 @@ void Model::backward_stage(Run& run, std::size_t u, uint32_t stage) {
 void Model::fold_backward(Run& run, std::size_t u) {
   switch (units_[u]->role) {
     case UnitRole::head:
+    case UnitRole::mtp_head: {
       run.outputs[u].clear();
+      // The norm before this head also feeds the next MTP depth's entry, whose backward ran
+      // before: its gradient adds to the head's.
+      const std::size_t next = units_[u]->role == UnitRole::head ? 0 : depth_index(u) + 1;
+      if (next < run.mtp_hidden_grads.size()) {
+        device_ops::add_into(run.grad_inputs[u], run.mtp_hidden_grads[next]);
+        run.mtp_hidden_grads[next] = Tensor();
+      }
       break;
+    }
     case UnitRole::final_norm:
       connection_->leave_backward(*run.connection, std::move(run.grad_inputs[u]));
       run.outputs[u].clear();
       break;
+    case UnitRole::mtp_norm:
+      connection_->leave_backward(stream_of(run, u), std::move(run.grad_inputs[u]));
+      run.outputs[u].clear();
+      break;
     case UnitRole::decoder:
-      connection_->fold_backward(*run.connection, u, std::move(run.grad_inputs[u]));
+      connection_->fold_backward(stream_of(run, u), u, std::move(run.grad_inputs[u]));
+      break;
+    case UnitRole::mtp_embedding:
+      run.mtp_embedding_grads[depth_index(u)] = Tensor();
       break;
     case UnitRole::embedding:
+    case UnitRole::mtp_entry:
       break;
   }
+}
+
+// ---- multi-token prediction ----
+
+// A microbatch's MTP inputs on the chunk holding the head: for depth k the tokens and targets
+// rolled k places to the left, the vacated places holding token 0 and target -1 (ignored by the
+// head: Megatron rolls the loss mask with them), a stream of its own, and the scale of its loss's
+// gradient.
+void Model::start_mtp(Run& run, const Batch& batch) {
+  const std::size_t depths = run.chunk->mtp.size();
+  const Tensor tokens = batch.tokens.to(DLDevice{kDLCPU, 0});
+  const Tensor targets = batch.targets.to(DLDevice{kDLCPU, 0});
+  const int64_t rows = run.batch_shape[0], seq = run.batch_shape[1];
+  for (std::size_t d = 1; d <= depths; ++d) {
+    Tensor rolled_tokens({rows, seq}, plx_dtype_i32()), rolled_targets({rows, seq}, plx_dtype_i32());
+    for (int64_t b = 0; b < rows; ++b)
+      for (int64_t i = 0; i < seq; ++i) {
+        const int64_t from = i + static_cast<int64_t>(d);
+        rolled_tokens.data<int32_t>()[b * seq + i] = from < seq ? tokens.data<int32_t>()[b * seq + from] : 0;
+        rolled_targets.data<int32_t>()[b * seq + i] =
+            from < seq ? targets.data<int32_t>()[b * seq + from] : -1;
+      }
+    run.mtp_tokens.push_back(rolled_tokens.to(device_));
+    run.mtp_targets.push_back(rolled_targets.to(device_));
+    run.mtp_connections.push_back(connection_->start({rows, seq, run.microbatch, run.training, run.profile}));
+  }
+  run.mtp_embedding_grads.resize(depths);
+  run.mtp_hidden_grads.resize(depths);
+  run.mtp_losses.assign(depths, 0.0);
+  run.mtp_loss_scale = Tensor({1}, plx_dtype_f32(), device_);
+  const auto scale = static_cast<float>(run.loss_scale_value * settings_.mtp_loss_scaling_factor /
+                                        static_cast<double>(depths));
+  device_ops::write_floats(run.mtp_loss_scale, &scale, 1);
+}
+
+std::size_t Model::depth_index(std::size_t u) const {
+  return static_cast<std::size_t>(units_[u]->mtp_depth) - 1;
+}
+
+ConnectionState& Model::stream_of(Run& run, std::size_t u) const {
+  const uint32_t depth = units_[u]->mtp_depth;
+  return depth == 0 ? *run.connection : *run.mtp_connections[depth - 1];
+}
+
+// What MTP depth d + 1 (0-based d) reads beside its rolled tokens: the main model's hidden states
+// after the final norm for the first depth (Megatron's), the depth before's after its own norm.
+const Tensor& Model::hidden_before(const Run& run, std::size_t d) const {
+  const std::size_t unit = d == 0 ? run.chunk->final_norm_unit : run.chunk->mtp[d - 1].norm;
+  return run.outputs[unit].at(0);
 }
 
 // A unit's weight gradients, after its backward left them out. Another microbatch's stages may
@@ -301,7 +412,9 @@ std::unique_ptr<Model::Run> Model::forward_only(const Batch& batch) {
         link_->receive(PipelineLink::Direction::forward, chunk.index, 0, 1,
                        connection_->stream_shape(shape[0], shape[1]), settings_.activation_dtype, device_);
       }
-      for (std::size_t u = chunk.first_unit; u < chunk.end_unit; ++u)
+      // Evaluation and sampling read the main head: the MTP depths after it are not run.
+      const std::size_t end = chunk.head ? chunk.head_unit + 1 : chunk.end_unit;
+      for (std::size_t u = chunk.first_unit; u < end; ++u)
         for (uint32_t s = 0; s < units_[u]->num_stages(); ++s) forward_stage(*run, u, s);
       if (chunk.head)
         head = std::move(run);
@@ -326,7 +439,7 @@ std::vector<float> Model::next_token_logits(const Batch& batch, int64_t position
   const std::unique_ptr<Run> head = forward_only(batch);
   std::vector<float> row(static_cast<std::size_t>(settings_.vocab_size));
   if (head) {
-    const std::size_t unit = head->chunk->end_unit - 1;
+    const std::size_t unit = head->chunk->head_unit;
     const Tensor& logits = head->outputs[unit].at(1);  // head output 1: [B, S, V]
     if (!plx_dtype_equal(logits.dtype(), plx_dtype_f32()))
       throw std::runtime_error(units_[unit]->label + ": sampling reads float32 logits (head output 1), got " +

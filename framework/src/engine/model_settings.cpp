@@ -34,6 +34,8 @@ ModelSettings ModelSettings::from_run_config(const boost::json::value& run_confi
       get("ffn_hidden_size") == 0 ? megatron_ffn_hidden_size(s.hidden_size, swiglu) : get("ffn_hidden_size");
   s.seq_length = get("seq_length");
   s.tied = !model.at("untie_embeddings_and_output_weights").as_bool();
+  if (const auto* f = model.if_contains("mtp_loss_scaling_factor"); f != nullptr && f->is_number())
+    s.mtp_loss_scaling_factor = f->to_number<double>();
   if (const auto* run = run_config.as_object().if_contains("run"); run != nullptr) {
     if (const auto* precision = run->as_object().if_contains("precision");
         precision != nullptr && precision->as_string() == "bf16")

@@ -7,18 +7,9 @@
 namespace plexus {
 namespace {
 
+// The summary's kind of a row: "decoder" for a decoder layer (checkpoint tools select on it).
 const char* role_word(UnitRole role) {
-  switch (role) {
-    case UnitRole::embedding:
-      return "embedding";
-    case UnitRole::final_norm:
-      return "final norm";
-    case UnitRole::head:
-      return "head";
-    case UnitRole::decoder:
-      break;
-  }
-  return "decoder";
+  return role == UnitRole::decoder ? "decoder" : role_name(role);
 }
 
 plx_tensor_desc desc_of(const Tensor& t) {
@@ -40,10 +31,15 @@ std::vector<Model::UnitSummary> Model::summary() const {
     std::vector<plx_tensor_desc> inputs;
     switch (unit->role) {
       case UnitRole::embedding:
+      case UnitRole::mtp_embedding:
         inputs = {desc_of(tokens)};
         break;
       case UnitRole::head:
+      case UnitRole::mtp_head:
         inputs = {desc_of(hidden), desc_of(tokens)};
+        break;
+      case UnitRole::mtp_entry:
+        inputs = {desc_of(hidden), desc_of(hidden)};
         break;
       default:
         inputs = {desc_of(hidden)};
@@ -57,6 +53,7 @@ std::vector<Model::UnitSummary> Model::summary() const {
     row.physical = unit->physical;
     row.logical = unit->logical;
     row.segment = unit->segment;
+    row.mtp_depth = unit->mtp_depth;
     for (std::size_t i : unit->gradient_params) row.parameters += params_[i].numel();
     std::vector<std::size_t> named = unit->params;  // buffers too: checkpoints hold them
     for (std::size_t i : unit->gradient_params)

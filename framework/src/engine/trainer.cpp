@@ -180,6 +180,15 @@ void Trainer::Impl::barrier() const {
   if (runtime != nullptr && runtime->world_size() > 1) runtime->world().barrier();
 }
 
+std::vector<double> Trainer::Impl::loss_over_job(std::vector<double> values) const {
+  if (values.empty()) return values;
+  const Tensor summed = Tensor::borrowed(values.data(), {static_cast<int64_t>(values.size())},
+                                         plx_dtype_f64(), DLDevice{kDLCPU, 0});
+  if (pp != nullptr) pp->all_reduce(summed.view(), distributed::ReduceOp::sum);
+  if (dp != nullptr) dp->all_reduce(summed.view(), distributed::ReduceOp::avg);
+  return values;
+}
+
 Trainer::Impl::StepResult Trainer::Impl::train_step(int64_t step) {
   using Phase = StepProfile::Phase;
   const auto begin = std::chrono::steady_clock::now();
@@ -205,6 +214,7 @@ Trainer::Impl::StepResult Trainer::Impl::train_step(int64_t step) {
   }
   // The loss is the last stage's; the stages' sum is it on every stage.
   result.loss = over_ranks(over_pipeline(result.loss), distributed::ReduceOp::avg);
+  result.mtp_losses = loss_over_job(model->mtp_losses());
   {
     const StepProfile::Scope timed(profile.get(), "gradient finiteness check", Phase::update);
     update->check_gradients_finite();

@@ -311,12 +311,11 @@ std::filesystem::path Trainer::Impl::save_checkpoint(int64_t steps_done) {
 
 namespace {
 
-// The main decoder as (symbol, component, checkpoint prefix) per layer, and the final norm's prefix.
+// The decoder as (checkpoint prefix, symbol, component) per layer, the MTP blocks' included.
 std::string decoder_layout(const DecoderPlan& plan) {
   std::string text;
   for (const DecoderLayerPlan& layer : plan.layers)
-    if (layer.mtp_depth == 0)
-      text += "  " + layer.checkpoint_prefix + " '" + layer.symbol + "' " + layer.component + "\n";
+    text += "  " + layer.checkpoint_prefix + " '" + layer.symbol + "' " + layer.component + "\n";
   return text;
 }
 
@@ -377,6 +376,8 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
     for (const auto& [key, value] : run_config.at(section).as_object()) {
       if (std::string_view(section) == "mhc" && (key == "backend" || key == "options")) continue;
       if (std::string_view(section) == "model" && is_layout_key(key)) continue;  // compared as the layout
+      // A loss weight, not the model: a run may continue with another.
+      if (std::string_view(section) == "model" && key == "mtp_loss_scaling_factor") continue;
       const boost::json::value* old = was.if_contains(key);
       // A checkpoint from before the mhc section existed is of a model without mHC.
       const bool same = old != nullptr

@@ -55,6 +55,8 @@ struct Trainer::Impl {
   std::unique_ptr<distributed::Communicator> tied_group;
   bool sends_to_writer = false;              // a later stage's rank in world rank 0's pp group (checkpoints)
   double over_pipeline(double value) const;  // the sum over the stages; itself without pipelining
+  // The stages' sum of each value, averaged over the data-parallel ranks (a per-depth loss).
+  std::vector<double> loss_over_job(std::vector<double> values) const;
   double over_job(double value, distributed::ReduceOp op) const;  // every rank of the job
   // MoE experts divided over an ep group of more than one rank, or parameters gathered for each
   // forward (ZeRO-3): every forward is collective, so each rank runs the same forwards
@@ -78,6 +80,7 @@ struct Trainer::Impl {
   // trainer.cpp: one optimizer step over this rank's share of the step's global batch.
   struct StepResult {
     double loss = 0, grad_norm = 0, seconds = 0;
+    std::vector<double> mtp_losses;  // per multi-token-prediction depth, as the loss
   };
   StepResult train_step(int64_t step);
   // trainer_report.cpp: metrics, progress, evaluation and samples.

@@ -104,6 +104,9 @@ void Trainer::Impl::report_step(int64_t step, const StepResult& trained, detail:
                              {"tokens_per_s", tokens_per_s},
                              {"step_seconds", trained.seconds}};
   if (gflops >= 0) record["gflops_per_s"] = gflops;
+  // Megatron's "mtp_1 loss", ...: each depth's loss, unweighted; not in "loss".
+  if (!trained.mtp_losses.empty())
+    record["mtp_losses"] = boost::json::array(trained.mtp_losses.begin(), trained.mtp_losses.end());
   plugin_metrics->take_step(record);
   const int64_t done = step + 1;
   const bool log_step = done % log_interval == 0 || done == steps;

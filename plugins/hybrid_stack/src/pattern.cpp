@@ -6,27 +6,29 @@ namespace plexus::hybrid {
 namespace {
 
 std::string describe(std::string_view pattern, std::size_t position, const std::string& rule) {
-  std::string message = rule + " (character " + std::to_string(position + 1) + ")\n  " + std::string(pattern) +
-                        "\n  " + std::string(position, ' ') + "^";
+  std::string message = rule + " (character " + std::to_string(position + 1) + ")\n  " +
+                        std::string(pattern) + "\n  " + std::string(position, ' ') + "^";
   return message;
 }
 
-std::string quoted(char c) { return std::string("'") + c + "'"; }
+std::string quoted(char c) {
+  return std::string("'") + c + "'";
+}
 
 // The main decoder: symbols, groups and pipeline separators.
 void parse_main(std::string_view text, const SymbolRules& rules, Pattern& out) {
   bool in_group = false;
-  std::size_t group_start = 0;                   // position of the open '['
-  std::vector<std::size_t> group;                // indices into out.layers of the open group
+  std::size_t group_start = 0;     // position of the open '['
+  std::vector<std::size_t> group;  // indices into out.layers of the open group
   uint32_t segment = 0;
   const auto close_group = [&](std::size_t position) {
     if (group.empty()) throw PatternError(out.text, group_start, "layer groups cannot be empty");
     for (std::size_t k = 0; k + 1 < group.size(); ++k) {
       const PatternLayer& layer = out.layers[group[k]];
       if (layer.symbol == rules.communicating)
-        throw PatternError(out.text, layer.position,
-                           "MoE layer " + quoted(rules.communicating) +
-                               " must be the last symbol inside a layer group");
+        throw PatternError(
+            out.text, layer.position,
+            "MoE layer " + quoted(rules.communicating) + " must be the last symbol inside a layer group");
     }
     for (std::size_t a = 0; a < group.size(); ++a)
       for (std::size_t b = 0; b < a; ++b) {
@@ -35,10 +37,10 @@ void parse_main(std::string_view text, const SymbolRules& rules, Pattern& out) {
         const std::string family = rules.key_family(second.symbol);
         if (family.empty() || family != rules.key_family(first.symbol)) continue;
         throw PatternError(out.text, second.position,
-                           "layers " + quoted(first.symbol) + " (character " + std::to_string(first.position + 1) +
-                               ") and " + quoted(second.symbol) +
-                               " in one group would both write the checkpoint keys decoder.layers.N." + family +
-                               ".*; a group holds at most one layer of each key family");
+                           "layers " + quoted(first.symbol) + " (character " +
+                               std::to_string(first.position + 1) + ") and " + quoted(second.symbol) +
+                               " in one group would both write the checkpoint keys decoder.layers.N." +
+                               family + ".*; a group holds at most one layer of each key family");
       }
     (void)position;
     ++out.logical_layers;
@@ -57,8 +59,9 @@ void parse_main(std::string_view text, const SymbolRules& rules, Pattern& out) {
       close_group(i);
     } else if (c == '|') {
       if (in_group)
-        throw PatternError(out.text, i,
-                           "a pipeline segment separator '|' cannot split a layer group; put '|' around groups");
+        throw PatternError(
+            out.text, i,
+            "a pipeline segment separator '|' cannot split a layer group; put '|' around groups");
       ++segment;
     } else if (rules.is_layer(c)) {
       PatternLayer layer;
@@ -68,13 +71,16 @@ void parse_main(std::string_view text, const SymbolRules& rules, Pattern& out) {
       layer.logical = out.logical_layers;  // a group's layers all get the index it closes with
       layer.segment = segment;
       layer.grouped = in_group;
-      if (in_group) group.push_back(out.layers.size());
-      else ++out.logical_layers;
+      if (in_group)
+        group.push_back(out.layers.size());
+      else
+        ++out.logical_layers;
       out.layers.push_back(layer);
     } else {
-      throw PatternError(out.text, i,
-                         quoted(c) + " is not a valid layer symbol. Valid symbols are: " + rules.valid_symbols() +
-                             ", and '[' ']' (a group), '|' (pipeline segments), '/' (multi-token prediction)");
+      throw PatternError(
+          out.text, i,
+          quoted(c) + " is not a valid layer symbol. Valid symbols are: " + rules.valid_symbols() +
+              ", and '[' ']' (a group), '|' (pipeline segments), '/' (multi-token prediction)");
     }
   }
   if (in_group) throw PatternError(out.text, group_start, "'[' starts a layer group without a matching ']'");
@@ -88,13 +94,18 @@ std::vector<PatternLayer> parse_mtp(std::string_view text, std::size_t offset, u
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (c == '|')
-      throw PatternError(full, offset + i, "in a multi-token-prediction pattern, '|' is not a valid layer symbol");
+      throw PatternError(
+          full, offset + i,
+          "in a multi-token-prediction pattern, '|' is not a valid layer symbol (the MTP blocks "
+          "sit on the last pipeline stage, after the main decoder's last segment)");
     if (c == '[' || c == ']')
-      throw PatternError(full, offset + i,
-                         "layer groups are not allowed in a multi-token-prediction pattern (each depth is one unit)");
+      throw PatternError(
+          full, offset + i,
+          "layer groups are not allowed in a multi-token-prediction pattern (each depth is one unit)");
     if (!rules.is_layer(c))
-      throw PatternError(full, offset + i,
-                         quoted(c) + " is not a valid layer symbol. Valid symbols are: " + rules.valid_symbols());
+      throw PatternError(
+          full, offset + i,
+          quoted(c) + " is not a valid layer symbol. Valid symbols are: " + rules.valid_symbols());
     PatternLayer layer;
     layer.symbol = c;
     layer.position = offset + i;
@@ -122,13 +133,13 @@ Pattern parse_pattern(std::string_view text, const SymbolRules& rules) {
       begin = i + 1;
     }
   parse_main(parts.front().second, rules, out);
-  if (out.main_layers == 0)
-    throw PatternError(out.text, 0, "the pattern has no decoder layer");
+  if (out.main_layers == 0) throw PatternError(out.text, 0, "the pattern has no decoder layer");
   // Trailing empty parts ("M*/" or "M*//") mean no multi-token prediction, as in Megatron.
   while (parts.size() > 1 && parts.back().second.empty()) parts.pop_back();
   for (std::size_t d = 1; d < parts.size(); ++d) {
     const auto [offset, part] = parts[d];
-    if (part.empty()) throw PatternError(out.text, offset, "an empty multi-token-prediction pattern between '/'");
+    if (part.empty())
+      throw PatternError(out.text, offset, "an empty multi-token-prediction pattern between '/'");
     if (part != parts[1].second)
       throw PatternError(out.text, offset,
                          "all multi-token-prediction patterns must be identical: \"" + std::string(part) +
@@ -154,18 +165,27 @@ std::string gpt_pattern(int64_t num_layers, int64_t moe_layer_freq) {
   return text;
 }
 
-SegmentSelection select_segment(const Pattern& pattern, uint32_t pp_size, uint32_t pp_rank, uint32_t vp_stage) {
+std::string gpt_mtp_parts(int64_t num_layers, int64_t moe_layer_freq, int64_t depths) {
+  // The last decoder layer's symbols, ungrouped (an MTP part holds no brackets).
+  const bool moe = moe_layer_freq > 0 && (num_layers - 1) % moe_layer_freq == 0;
+  std::string text;
+  for (int64_t d = 0; d < depths; ++d) text += moe ? "/*E" : "/*-";
+  return text;
+}
+
+SegmentSelection select_segment(const Pattern& pattern, uint32_t pp_size, uint32_t pp_rank,
+                                uint32_t vp_stage) {
   if (pp_size == 0 || pp_rank >= pp_size)
-    throw std::invalid_argument("pipeline rank " + std::to_string(pp_rank) + " is not below the pipeline size " +
-                                std::to_string(pp_size));
+    throw std::invalid_argument("pipeline rank " + std::to_string(pp_rank) +
+                                " is not below the pipeline size " + std::to_string(pp_size));
   if (pp_size > 1 && pattern.segments == 1)
-    throw std::invalid_argument("the pattern \"" + pattern.text + "\" has no '|': with a pipeline of " +
-                                std::to_string(pp_size) +
-                                " stages, mark where each stage's layers end with '|' (a group is never split)");
+    throw std::invalid_argument(
+        "the pattern \"" + pattern.text + "\" has no '|': with a pipeline of " + std::to_string(pp_size) +
+        " stages, mark where each stage's layers end with '|' (a group is never split)");
   if (pattern.segments % pp_size != 0)
-    throw std::invalid_argument("the pattern \"" + pattern.text + "\" has " + std::to_string(pattern.segments) +
-                                " pipeline segments, which do not divide by the pipeline size " +
-                                std::to_string(pp_size));
+    throw std::invalid_argument(
+        "the pattern \"" + pattern.text + "\" has " + std::to_string(pattern.segments) +
+        " pipeline segments, which do not divide by the pipeline size " + std::to_string(pp_size));
   SegmentSelection s;
   s.segment = vp_stage * pp_size + pp_rank;
   if (s.segment >= pattern.segments)
@@ -174,13 +194,17 @@ SegmentSelection select_segment(const Pattern& pattern, uint32_t pp_size, uint32
                                 ", but the pattern has " + std::to_string(pattern.segments));
   std::set<uint32_t> earlier_logical;
   std::size_t i = 0;
-  for (; i < pattern.layers.size() && pattern.layers[i].mtp_depth == 0 && pattern.layers[i].segment < s.segment; ++i) {
+  for (;
+       i < pattern.layers.size() && pattern.layers[i].mtp_depth == 0 && pattern.layers[i].segment < s.segment;
+       ++i) {
     ++s.physical_offset;
     earlier_logical.insert(pattern.layers[i].logical);
   }
   s.logical_offset = static_cast<uint32_t>(earlier_logical.size());
   s.first = i;
-  while (i < pattern.layers.size() && pattern.layers[i].mtp_depth == 0 && pattern.layers[i].segment == s.segment) ++i;
+  while (i < pattern.layers.size() && pattern.layers[i].mtp_depth == 0 &&
+         pattern.layers[i].segment == s.segment)
+    ++i;
   s.end = i;
   return s;
 }

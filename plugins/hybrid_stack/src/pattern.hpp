@@ -39,12 +39,12 @@ struct SymbolRules {
 
 struct PatternLayer {
   char symbol = 0;
-  std::size_t position = 0;    // 0-based index of the symbol in the pattern text
-  uint32_t physical = 0;       // 0-based over the main decoder; within its block for MTP layers
-  uint32_t logical = 0;        // 0-based; a group's layers share it
-  uint32_t segment = 0;        // pipeline segment of the main decoder (0 for MTP layers)
-  uint32_t mtp_depth = 0;      // 0: main decoder; d >= 1: the d-th MTP block
-  bool grouped = false;        // inside [ ]
+  std::size_t position = 0;  // 0-based index of the symbol in the pattern text
+  uint32_t physical = 0;     // 0-based over the main decoder; within its block for MTP layers
+  uint32_t logical = 0;      // 0-based; a group's layers share it
+  uint32_t segment = 0;      // pipeline segment of the main decoder (0 for MTP layers)
+  uint32_t mtp_depth = 0;    // 0: main decoder; d >= 1: the d-th MTP block
+  bool grouped = false;      // inside [ ]
 };
 
 struct Pattern {
@@ -65,6 +65,9 @@ std::string gpt_pattern(int64_t num_layers);
 // The GPT with MoE layers (Megatron-LM's moe_layer_freq k): layer i's MLP is an MoE layer, "[*E]",
 // when i % k == 0; k == 0 is the dense GPT.
 std::string gpt_pattern(int64_t num_layers, int64_t moe_layer_freq);
+// The GPT's MTP blocks as pattern parts: "/*-" (or "/*E" when the last decoder layer is MoE) per
+// depth, Megatron's rule that an MTP block's layer has the last decoder layer's spec.
+std::string gpt_mtp_parts(int64_t num_layers, int64_t moe_layer_freq, int64_t depths);
 
 // Megatron's pipeline segment selection: the segment of (pp_rank, vp_stage) is
 // vp_stage * pp_size + pp_rank; the segment count must divide by pp_size (as many segments per
@@ -75,6 +78,7 @@ struct SegmentSelection {
   uint32_t physical_offset = 0;    // physical layers in all earlier segments
   uint32_t logical_offset = 0;     // logical layers in all earlier segments
 };
-SegmentSelection select_segment(const Pattern& pattern, uint32_t pp_size, uint32_t pp_rank, uint32_t vp_stage);
+SegmentSelection select_segment(const Pattern& pattern, uint32_t pp_size, uint32_t pp_rank,
+                                uint32_t vp_stage);
 
 }  // namespace plexus::hybrid

@@ -42,10 +42,10 @@ constexpr const char* kSchema = R"({
 // The model keys this stack reads, declared so that the host checks them (unknown keys, types,
 // defaults) like its own: the layer of each built-in pattern symbol, '*' model.attention, '-'
 // model.mlp, 'M' model.mamba, 'E' model.moe (symbols.cpp), and the GPT's model.moe.layer_freq
-// (stack.cpp). "component_kind" makes attention and mlp component sections, whose options the host
-// validates and fills whenever a config is checked (the GPT's layers; checkpoints' saved configs
-// have always held them filled); mamba's and moe's options are validated when the decoder has such
-// a layer (their plugins load only then), through this stack's description, and kept as written.
+// and model.mtp_num_layers (stack.cpp). "component_kind" makes attention and mlp component sections, whose
+// options the host validates and fills whenever a config is checked (the GPT's layers; checkpoints' saved
+// configs have always held them filled); mamba's and moe's options are validated when the decoder has such a
+// layer (their plugins load only then), through this stack's description, and kept as written.
 constexpr const char* kModelSchema = R"({
   "type": "object",
   "properties": {
@@ -124,6 +124,12 @@ constexpr const char* kModelSchema = R"({
           "doc": "The GPT (no model.pattern) only: every layer_freq-th layer's MLP is an MoE layer, starting with layer 0 (Megatron-LM's moe_layer_freq); 0: none. With a pattern, E marks the MoE layers."
         }
       }
+    },
+    "mtp_num_layers": {
+      "type": "integer",
+      "minimum": 0,
+      "default": 0,
+      "doc": "Multi-token-prediction depths (Megatron-LM's mtp_num_layers): the GPT gets this many MTP blocks, each one layer like its last decoder layer; with model.pattern the '/' parts are the blocks and this is 0 or their number."
     }
   }
 })";

@@ -30,7 +30,8 @@ Stack::Stack(const boost::json::value& model_value, const boost::json::value& op
                                              : boost::json::value());
   const int64_t num_layers = model_int(model, "num_layers");
   std::string text;
-  if (const auto* p = model.if_contains("pattern"); p != nullptr && p->is_string()) text = std::string(p->as_string());
+  if (const auto* p = model.if_contains("pattern"); p != nullptr && p->is_string())
+    text = std::string(p->as_string());
   const bool gpt = text.empty();
   int64_t moe_layer_freq = 0;
   if (const auto* moe = model.if_contains("moe"); moe != nullptr && moe->is_object())
@@ -43,7 +44,16 @@ Stack::Stack(const boost::json::value& model_value, const boost::json::value& op
     throw std::invalid_argument("model.moe.layer_freq (" + std::to_string(moe_layer_freq) +
                                 ") applies to the GPT only; with model.pattern \"" + text +
                                 "\" the symbol E marks the MoE layers: remove one of the two");
-  if (gpt) text = gpt_pattern(num_layers, moe_layer_freq);
+  int64_t mtp_num_layers = 0;
+  if (const auto* m = model.if_contains("mtp_num_layers"); m != nullptr && m->is_number())
+    mtp_num_layers = m->to_number<int64_t>();
+  if (mtp_num_layers < 0)
+    throw std::invalid_argument("model.mtp_num_layers: expected an integer >= 0, got " +
+                                std::to_string(mtp_num_layers));
+  // Megatron's GPT builds each MTP block's layer from the last decoder layer's spec.
+  if (gpt)
+    text =
+        gpt_pattern(num_layers, moe_layer_freq) + gpt_mtp_parts(num_layers, moe_layer_freq, mtp_num_layers);
 
   SymbolRules rules;
   rules.is_layer = [&](char c) { return symbols.contains(c); };
@@ -54,11 +64,17 @@ Stack::Stack(const boost::json::value& model_value, const boost::json::value& op
   } catch (const PatternError& e) {
     throw std::invalid_argument("model.pattern: " + std::string(e.what()));
   }
+  if (!gpt && mtp_num_layers != 0 && mtp_num_layers != pattern_.mtp_depths)
+    throw std::invalid_argument(
+        "model.mtp_num_layers is " + std::to_string(mtp_num_layers) + ", but model.pattern \"" + text +
+        "\" has " + std::to_string(pattern_.mtp_depths) + " MTP block(s) ('/' parts): set it to " +
+        std::to_string(pattern_.mtp_depths) + " or 0");
   // Megatron's rule: num_layers counts the pattern's physical layers (of the main decoder).
   if (!gpt && pattern_.main_layers != num_layers)
-    throw std::invalid_argument("model.num_layers is " + std::to_string(num_layers) + ", but model.pattern \"" +
-                                text + "\" has " + std::to_string(pattern_.main_layers) +
-                                " layers: set model.num_layers to " + std::to_string(pattern_.main_layers));
+    throw std::invalid_argument("model.num_layers is " + std::to_string(num_layers) +
+                                ", but model.pattern \"" + text + "\" has " +
+                                std::to_string(pattern_.main_layers) + " layers: set model.num_layers to " +
+                                std::to_string(pattern_.main_layers));
 
   strings_.reserve(pattern_.layers.size());
   for (const PatternLayer& layer : pattern_.layers) {
@@ -69,10 +85,16 @@ Stack::Stack(const boost::json::value& model_value, const boost::json::value& op
     s.options = spec.options;
     s.options_path = spec.options_path;
     // Megatron's keys: every layer of a group under the group's logical index, so "[*-]" writes
-    // a GPT layer's keys; without groups the logical index is the physical one.
-    s.checkpoint_prefix = layer.mtp_depth == 0 ? "decoder.layers." + std::to_string(layer.logical) + "."
-                                               : "mtp.layers." + std::to_string(layer.mtp_depth - 1) + ".layers." +
-                                                     std::to_string(layer.physical) + ".";
+    // a GPT layer's keys; without groups the logical index is the physical one. An MTP block's
+    // inner layer is the GPT's mtp.layers.k.transformer_layer. (its one transformer layer) or a
+    // hybrid's mtp.layers.k.mtp_model_layer.layers.j. (its nested stack, numbered from 0).
+    if (layer.mtp_depth == 0)
+      s.checkpoint_prefix = "decoder.layers." + std::to_string(layer.logical) + ".";
+    else if (gpt)
+      s.checkpoint_prefix = "mtp.layers." + std::to_string(layer.mtp_depth - 1) + ".transformer_layer.";
+    else
+      s.checkpoint_prefix = "mtp.layers." + std::to_string(layer.mtp_depth - 1) + ".mtp_model_layer.layers." +
+                            std::to_string(layer.physical) + ".";
     s.connection_prefix = spec.connection;
     s.kind = spec.kind;
     strings_.push_back(std::move(s));
@@ -109,10 +131,11 @@ Stack::Stack(const boost::json::value& model_value, const boost::json::value& op
   description_.layers = pointers_.data();
   description_.final_norm_prefix = final_norm_prefix_.c_str();
   description_.final_norm_aliases = final_norm_aliases_.c_str();
-  summary_ = gpt ? "the GPT of " + std::to_string(num_layers) + " layers" + moe_words(moe_layer_freq)
+  summary_ = gpt ? "the GPT of " + std::to_string(num_layers) + " layers" + moe_words(moe_layer_freq) +
+                       (mtp_num_layers > 0 ? " and " + std::to_string(mtp_num_layers) + " MTP block(s)" : "")
                  : "the pattern \"" + text + "\"";
   description_.summary = summary_.c_str();
-  description_.layout_keys = "num_layers;pattern";
+  description_.layout_keys = "num_layers;pattern;mtp_num_layers";
 }
 
 }  // namespace plexus::hybrid

@@ -56,9 +56,9 @@ struct NormSpec {
 // ---- tensors ----
 
 // Shapes in messages, devices, and the tensor checks: the SDK's (plexus/cpp/tensor.hpp).
+using plexus::sdk::device_text;
 using plexus::sdk::expect_tensor;
 using plexus::sdk::shape_text;
-using plexus::sdk::device_text;
 
 enum class Precision { f32, f64 };
 inline DLDataType dtype_of(Precision p) {
@@ -256,6 +256,7 @@ const plx_component_desc* attention_component();
 const plx_component_desc* mlp_component();
 const plx_component_desc* norm_component();
 const plx_component_desc* lm_head_component();
+const plx_component_desc* mtp_entry_component();
 
 // Every component's config section is an empty object: all settings come from the model section.
 inline constexpr const char* kEmptySchema = R"({"type": "object", "properties": {}})";

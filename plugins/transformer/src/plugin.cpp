@@ -20,11 +20,11 @@ void init(plexus::sdk::Host host) {
 #if defined(PLEXUS_TRANSFORMER_HAVE_CUDA)
 constexpr const char* kDescription =
     "GPT transformer layers for the CPU (float32 and float64) and CUDA GPUs (float32): embedding, "
-    "attention, mlp, norm, lm_head";
+    "attention, mlp, norm, lm_head; mtp_entry (CPU)";
 #else
 constexpr const char* kDescription =
     "GPT transformer layers for the CPU (float32 and float64): embedding, attention, mlp, norm, "
-    "lm_head";
+    "lm_head, mtp_entry";
 #endif
 
 }  // namespace
@@ -32,4 +32,5 @@ constexpr const char* kDescription =
 PLEXUS_PLUGIN_WITH_INIT("transformer", "1.0.0", kDescription, &init,
                         plexus::transformer::embedding_component(),
                         plexus::transformer::attention_component(), plexus::transformer::mlp_component(),
-                        plexus::transformer::norm_component(), plexus::transformer::lm_head_component())
+                        plexus::transformer::norm_component(), plexus::transformer::lm_head_component(),
+                        plexus::transformer::mtp_entry_component())

@@ -50,6 +50,7 @@ struct ModelSettings {
   int64_t ffn_hidden_size = 0;
   int64_t seq_length = 0;
   bool tied = true;
+  double mtp_loss_scaling_factor = 0.1;  // the MTP losses' weight, over their depths
   // run.precision: the dtype of activations and their gradients between units (float32, or
   // bfloat16 on CUDA devices); parameters, gradients and optimizer state are float32 either way.
   DLDataType activation_dtype = plx_dtype_f32();
@@ -112,6 +113,7 @@ class StepProfile;
 class Timeline;
 class ShardedParameters;
 class Connection;
+class ConnectionState;
 class ParameterResidency;
 class PipelineLink;
 
@@ -168,6 +170,12 @@ class Model {
   Tensor take_chunk_input_grad(uint32_t chunk, uint32_t microbatch);
   void set_chunk_output_grad(uint32_t chunk, uint32_t microbatch, Tensor grad);
   double finish_microbatches();
+  // The number of multi-token-prediction depths the stack describes (0: none).
+  uint32_t mtp_depths() const noexcept;
+  // The last step's (or evaluation's) mean loss of each MTP depth over its microbatches, on a
+  // rank whose chunk holds the head; zeros elsewhere (so the pipeline's sum is it). Sized
+  // mtp_depths(). Not part of the returned loss, which is the main model's.
+  const std::vector<double>& mtp_losses() const noexcept { return mtp_losses_; }
 
   // Hands the parameters to a data-parallel strategy component (plexus/data_parallel.h), before
   // initialize() for a model built with deferred parameters (or after it, moving the values in):
@@ -210,7 +218,8 @@ class Model {
     std::string kind;    // "embedding", "decoder", "final norm", "head"
     std::string symbol;  // the stack's symbol of a decoder layer, else ""
     std::string component;
-    int64_t physical = -1, logical = -1, segment = -1;  // decoder layers only
+    int64_t physical = -1, logical = -1, segment = -1;  // decoder layers only (an MTP depth's: within it)
+    uint32_t mtp_depth = 0;                             // k >= 1: a unit of the k-th MTP depth
     int64_t parameters = 0;                             // elements, the connection's included
     // The checkpoint names of its parameters and the connection's, in both spellings where a layer
     // declares a second (plx_param_spec.te_name): what a checkpoint holds of this unit.
@@ -230,6 +239,11 @@ class Model {
  private:
   struct UnitSource;  // model_build.cpp
   void build_chunk(const boost::json::value& model_section, const ChunkSpec& spec);
+  void start_mtp(Run& run, const Batch& batch);
+  std::size_t depth_index(std::size_t u) const;
+  ConnectionState& stream_of(Run& run, std::size_t u) const;
+  const Tensor& hidden_before(const Run& run, std::size_t d) const;
+  void build_mtp_depth(const boost::json::value& model_section, uint32_t depth, Chunk& chunk);
   void build_unit(const UnitSource& source);
   // model_run.cpp: a stage in one sentence, and its parts.
   void forward_stage(Run& run, std::size_t unit, uint32_t stage);
@@ -270,6 +284,7 @@ class Model {
   StepProfile* profile_ = nullptr;
   Timeline* timeline_ = nullptr;
   std::size_t peak_in_flight_ = 0;
+  std::vector<double> mtp_losses_;  // finish_microbatches: the MTP depths' mean losses
   friend struct ScheduleEnvBridge;
 };
 
