@@ -170,7 +170,12 @@ def lm_loss(p, y, targets, m):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long(), ignore_index=-1)
 
 
-def forward(p, tokens, targets, m, hc=None, mtp=None):
+def forward(p, tokens, targets, m, hc=None):
+    """The model's loss (the main model's, without any MTP depth)."""
+    return forward_terms(p, tokens, targets, m, hc)[1]
+
+
+def forward_terms(p, tokens, targets, m, hc=None, mtp=None):
     """The loss to train and the main model's loss (the same without MTP)."""
     x = p["embedding.word_embeddings.weight"][tokens.long()]
     if hc and hc.get("enabled"):
@@ -228,7 +233,7 @@ def main():
         opt.zero_grad()
         total = 0.0
         for mb in range(tokens.shape[0]):  # gradient accumulation, as the sequential scheduler
-            trained, reported = forward(params, tokens[mb], targets[mb], m, spec.get("mhc"), spec.get("mtp"))
+            trained, reported = forward_terms(params, tokens[mb], targets[mb], m, spec.get("mhc"), spec.get("mtp"))
             (trained / tokens.shape[0]).backward()
             total += reported.item() / tokens.shape[0]
         losses.append(total)

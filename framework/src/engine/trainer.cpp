@@ -2,13 +2,16 @@
 // update, evaluation, samples, metrics (JSON lines), progress and checkpoints. Reporting is in
 // trainer_report.cpp, checkpoints in trainer_checkpoint.cpp, stopping on a signal in
 // trainer_stop.cpp; this file is the loop and one step.
+#include <omp.h>
 #include <boost/json.hpp>
+
 #include <chrono>
 
 #include "engine/sharded_parameters.hpp"
 #include "engine/trainer_impl.hpp"
 #include "plexus/core/config.hpp"
 #include "plexus/core/engine/pipeline_layout.hpp"
+#include "plexus/core/logging.hpp"
 
 namespace plexus {
 namespace {
@@ -128,6 +131,9 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   t.collective_forward = static_cast<bool>(ranks.sum_over_ep) || t.pp != nullptr ||
                          (t.model->sharded() != nullptr && t.model->sharded()->values_sharded());
   t.model->initialize(t.seed);
+  // The engine's loops and the CPU layers share one OpenMP team, driven from this thread.
+  if (rc.at("run").at("adapt_threads").as_bool() && t.model->device().device_type == kDLCPU)
+    t.threads = ThreadGovernor::start(omp_get_max_threads());
   if (rc.at("train").at("profile").as_bool()) {
     t.profile = std::make_unique<StepProfile>(t.model->device());
     t.model->set_profile(t.profile.get());
@@ -191,6 +197,7 @@ std::vector<double> Trainer::Impl::loss_over_job(std::vector<double> values) con
 
 Trainer::Impl::StepResult Trainer::Impl::train_step(int64_t step) {
   using Phase = StepProfile::Phase;
+  if (threads) threads->before_step();
   const auto begin = std::chrono::steady_clock::now();
   update->begin_step(microbatches);
   // The step's global batch is dp_size x microbatches microbatches; this rank takes its
@@ -230,6 +237,12 @@ Trainer::Impl::StepResult Trainer::Impl::train_step(int64_t step) {
     model->after_step(step);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  if (threads) {
+    result.cpu_threads = threads->threads();
+    const std::optional<std::string> change = threads->after_step(result.seconds);
+    result.cpu_waited_cores = threads->waited_cores();
+    if (change) log_info("trainer", *change);
+  }
   return result;
 }
 

@@ -11,6 +11,7 @@
 #include "engine/pipeline_stages.hpp"
 #include "engine/plugin_metrics.hpp"
 #include "engine/progress.hpp"
+#include "engine/thread_governor.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "plexus/core/checkpoint/tensor_names.hpp"
 #include "plexus/core/engine/pipeline_layout.hpp"
@@ -62,8 +63,9 @@ struct Trainer::Impl {
   // forward (ZeRO-3): every forward is collective, so each rank runs the same forwards
   // (evaluation rounds, the sample) as the others.
   bool collective_forward = false;
-  bool writer = true;                    // world rank 0: metrics, progress, samples, checkpoints
-  std::unique_ptr<StepProfile> profile;  // train.profile; nullptr when off
+  bool writer = true;                       // world rank 0: metrics, progress, samples, checkpoints
+  std::unique_ptr<StepProfile> profile;     // train.profile; nullptr when off
+  std::unique_ptr<ThreadGovernor> threads;  // run.adapt_threads on the CPU; nullptr when off
   // train.trace: the spans of steps [trace_first, trace_end) (0-based); nullptr when off.
   std::unique_ptr<Timeline> timeline;
   int64_t trace_first = 0, trace_end = 0;
@@ -81,6 +83,8 @@ struct Trainer::Impl {
   struct StepResult {
     double loss = 0, grad_norm = 0, seconds = 0;
     std::vector<double> mtp_losses;  // per multi-token-prediction depth, as the loss
+    int cpu_threads = 0;             // the OpenMP threads it ran with, when they adapt
+    double cpu_waited_cores = 0;     // and how long they waited for a core, in cores
   };
   StepResult train_step(int64_t step);
   // trainer_report.cpp: metrics, progress, evaluation and samples.

@@ -104,6 +104,10 @@ void Trainer::Impl::report_step(int64_t step, const StepResult& trained, detail:
                              {"tokens_per_s", tokens_per_s},
                              {"step_seconds", trained.seconds}};
   if (gflops >= 0) record["gflops_per_s"] = gflops;
+  if (trained.cpu_threads > 0) {
+    record["cpu_threads"] = trained.cpu_threads;
+    record["cpu_waited_cores"] = trained.cpu_waited_cores;
+  }
   // Megatron's "mtp_1 loss", ...: each depth's loss, unweighted; not in "loss".
   if (!trained.mtp_losses.empty())
     record["mtp_losses"] = boost::json::array(trained.mtp_losses.begin(), trained.mtp_losses.end());

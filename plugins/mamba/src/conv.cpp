@@ -7,6 +7,7 @@
 
 #include "math.hpp"
 #include "parallel.hpp"
+#include "plexus_kernels/parts.hpp"
 
 namespace plexus::mamba {
 namespace {
@@ -126,26 +127,24 @@ void conv_silu_backward(const ConvShape& s, const T* in, int64_t ld_in, const T*
   const int64_t C = s.channels, W = s.width, rows = s.batch * s.seq;
   const int64_t blocks = (rows + kBackwardRowBlock - 1) / kBackwardRowBlock;
   const bool parallel = detail::worth_parallel(rows * C * W);
-  const int threads = parallel ? std::max(1, omp_get_max_threads()) : 1;
-  // Per thread: the ring of dv rows, then its partial weight and bias gradients, added in
-  // thread order afterwards (deterministic for a thread count).
-  const auto per_thread = static_cast<std::size_t>((2 * W + 1) * C);
-  detail::PerThread<T> scratch(per_thread);
-  std::vector<T*> partial(static_cast<std::size_t>(threads), nullptr);
-#pragma omp parallel num_threads(threads)
-  {
-    T* ring = scratch.mine();
+  // Per part (plexus_kernels/parts.hpp: a count fixed by the size, so the sums do not depend on
+  // the thread count): the ring of dv rows, then its partial weight and bias gradients, added in
+  // part order afterwards.
+  const int parts = plexus::kernels::reduction_parts(blocks, parallel);
+  const auto per_part = static_cast<std::size_t>((2 * W + 1) * C);
+  std::vector<T> scratch(per_part * static_cast<std::size_t>(parts));
+#pragma omp parallel for schedule(static) if (parts > 1)
+  for (int part = 0; part < parts; ++part) {
+    T* ring = scratch.data() + per_part * static_cast<std::size_t>(part);
     T* dwt = ring + W * C;
     T* db = dwt + W * C;
     std::fill(dwt, dwt + (W + 1) * C, T(0));
-    partial[static_cast<std::size_t>(omp_get_thread_num())] = dwt;
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < blocks; ++i)
-      backward_rows(s, i * kBackwardRowBlock, std::min(rows, (i + 1) * kBackwardRowBlock), in, ld_in,
-                    wt.data(), bias, dout, din, ld_din, ring, dwt, db);
+    const plexus::kernels::PartRange mine = plexus::kernels::part_range(blocks, part, parts);
+    backward_rows(s, mine.begin * kBackwardRowBlock, std::min(rows, mine.end * kBackwardRowBlock), in, ld_in,
+                  wt.data(), bias, dout, din, ld_din, ring, dwt, db);
   }
-  for (T* dwt : partial) {
-    if (dwt == nullptr) continue;
+  for (int part = 0; part < parts; ++part) {
+    const T* dwt = scratch.data() + per_part * static_cast<std::size_t>(part) + W * C;
     const T* db = dwt + W * C;
     for (int64_t c = 0; c < C; ++c) {
       if (dbias != nullptr) dbias[c] += db[c];

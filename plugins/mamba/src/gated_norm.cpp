@@ -8,6 +8,7 @@
 
 #include "math.hpp"
 #include "parallel.hpp"
+#include "plexus_kernels/parts.hpp"
 
 namespace plexus::mamba {
 namespace {
@@ -109,25 +110,23 @@ void gated_norm_output(const GatedNormShape& s, const T* y, const T* z, int64_t 
 template <class T>
 void gated_norm_backward(const GatedNormShape& s, const T* d_out, const T* y, const T* z, int64_t ld_z,
                          const T* rstd, const T* w, T* dy, T* dz, int64_t ld_dz, T* dw) {
-  // dw: one partial sum per thread, added in thread order (deterministic for a thread count).
-  const int threads = detail::worth_parallel(s.rows * s.width) ? std::max(1, omp_get_max_threads()) : 1;
-  detail::PerThread<T> partial(static_cast<std::size_t>(s.width));
+  // dw: one partial sum per part, added in part order (plexus_kernels/parts.hpp: the part count
+  // is fixed by the size, so the sum does not depend on the thread count).
   const int64_t blocks = (s.rows + kRowBlock - 1) / kRowBlock;
-  std::vector<T*> sums(static_cast<std::size_t>(threads), nullptr);
-#pragma omp parallel num_threads(threads)
-  {
-    T* mine = partial.mine();
-    std::fill(mine, mine + s.width, T(0));
-    sums[static_cast<std::size_t>(omp_get_thread_num())] = mine;
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < blocks; ++i)
-      backward_rows(s, i * kRowBlock, std::min(s.rows, (i + 1) * kRowBlock), d_out, y, z, ld_z, rstd, w, dy,
-                    dz, ld_dz, mine);
+  const int parts = plexus::kernels::reduction_parts(blocks, detail::worth_parallel(s.rows * s.width));
+  const auto width = static_cast<std::size_t>(s.width);
+  std::vector<T> partial(width * static_cast<std::size_t>(parts), T(0));
+#pragma omp parallel for schedule(static) if (parts > 1)
+  for (int part = 0; part < parts; ++part) {
+    const plexus::kernels::PartRange mine = plexus::kernels::part_range(blocks, part, parts);
+    backward_rows(s, mine.begin * kRowBlock, std::min(s.rows, mine.end * kRowBlock), d_out, y, z, ld_z, rstd,
+                  w, dy, dz, ld_dz, partial.data() + width * static_cast<std::size_t>(part));
   }
   if (dw == nullptr) return;
-  for (T* part : sums)
-    if (part != nullptr)
-      for (int64_t c = 0; c < s.width; ++c) dw[c] += part[c];
+  for (int part = 0; part < parts; ++part) {
+    const T* sums = partial.data() + width * static_cast<std::size_t>(part);
+    for (int64_t c = 0; c < s.width; ++c) dw[c] += sums[c];
+  }
 }
 
 template void gated_norm_forward<float>(const GatedNormShape&, const float*, const float*, int64_t,

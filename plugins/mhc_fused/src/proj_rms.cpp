@@ -30,11 +30,12 @@ using kernels::Trans;
 // run longer), about 20% faster than 128 KiB; 1 MiB slowed backward by 20%.
 constexpr int64_t kBlockBytes = 512 * 1024;
 
-// Tokens per block: kBlockBytes of x, but no more than an equal share of each thread, so that
-// few tokens still spread over the threads.
+// Tokens per block: kBlockBytes of x, but no more than a 1/kernels::kReductionParts share, so
+// that few tokens still spread over the parts. A function of the shape alone: the blocks (and so
+// the sums of dphi) do not depend on the thread count.
 template <class T>
 int64_t block_tokens(int64_t tokens, int64_t row) {
-  const int64_t share = (tokens + kernels::available_threads() - 1) / kernels::available_threads();
+  const int64_t share = (tokens + kernels::kReductionParts - 1) / kernels::kReductionParts;
   return std::max<int64_t>(1, std::min(share, kBlockBytes / (row * static_cast<int64_t>(sizeof(T)))));
 }
 

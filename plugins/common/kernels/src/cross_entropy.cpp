@@ -1,52 +1,74 @@
 #include "plexus_kernels/cross_entropy.hpp"
 
 #include <cmath>
+#include <vector>
 
-#include "plexus_kernels/fast_math.hpp"
 #include "parallel.hpp"
+#include "plexus_kernels/fast_math.hpp"
+#include "plexus_kernels/parts.hpp"
 
 namespace plexus::kernels {
+namespace {
+
+// One row: adds its loss and 1 to loss_sum and count unless its target is `ignore`; writes
+// softmax - onehot (or zeros) into grow when given.
+template <class T>
+void cross_entropy_row(int64_t vocab, const T* row, int32_t target, T* grow, int32_t ignore, double& loss_sum,
+                       int64_t& count) {
+  if (target == ignore) {
+    if (grow != nullptr)
+      for (int64_t v = 0; v < vocab; ++v) grow[v] = T(0);
+    return;
+  }
+  T mx = row[0];
+#pragma omp simd reduction(max : mx)
+  for (int64_t v = 1; v < vocab; ++v) mx = row[v] > mx ? row[v] : mx;
+  T sum = 0;
+  if (grow != nullptr) {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t v = 0; v < vocab; ++v) {
+      const T e = detail::exp_fast<T>(row[v] - mx);
+      grow[v] = e;
+      sum += e;
+    }
+  } else {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t v = 0; v < vocab; ++v) sum += detail::exp_fast<T>(row[v] - mx);
+  }
+  const T lse = mx + std::log(sum);
+  loss_sum += static_cast<double>(lse - row[target]);
+  ++count;
+  if (grow != nullptr) {
+    const T inv = T(1) / sum;
+#pragma omp simd
+    for (int64_t v = 0; v < vocab; ++v) grow[v] *= inv;
+    grow[target] -= T(1);
+  }
+}
+
+}  // namespace
 
 template <class T>
 CrossEntropyResult cross_entropy_forward(int64_t rows, int64_t vocab, const T* logits, const int32_t* targets,
                                          T* grad, int32_t ignore) {
+  // The loss summed by parts in part order (plexus_kernels/parts.hpp), not by an OpenMP
+  // reduction, whose order follows the thread count.
+  const int parts = reduction_parts(rows, detail::worth_parallel(rows * vocab));
+  std::vector<double> part_loss(static_cast<std::size_t>(parts), 0.0);
+  std::vector<int64_t> part_count(static_cast<std::size_t>(parts), 0);
+#pragma omp parallel for schedule(static) if (parts > 1)
+  for (int part = 0; part < parts; ++part) {
+    const PartRange range = part_range(rows, part, parts);
+    for (int64_t r = range.begin; r < range.end; ++r)
+      cross_entropy_row(vocab, logits + r * vocab, targets[r], grad != nullptr ? grad + r * vocab : nullptr,
+                        ignore, part_loss[static_cast<std::size_t>(part)],
+                        part_count[static_cast<std::size_t>(part)]);
+  }
   double loss_sum = 0;
   int64_t count = 0;
-#pragma omp parallel for schedule(static) reduction(+ : loss_sum, count) \
-    if (detail::worth_parallel(rows * vocab))
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* row = logits + r * vocab;
-    T* grow = grad != nullptr ? grad + r * vocab : nullptr;
-    const int32_t target = targets[r];
-    if (target == ignore) {
-      if (grow != nullptr)
-        for (int64_t v = 0; v < vocab; ++v) grow[v] = T(0);
-      continue;
-    }
-    T mx = row[0];
-#pragma omp simd reduction(max : mx)
-    for (int64_t v = 1; v < vocab; ++v) mx = row[v] > mx ? row[v] : mx;
-    T sum = 0;
-    if (grow != nullptr) {
-#pragma omp simd reduction(+ : sum)
-      for (int64_t v = 0; v < vocab; ++v) {
-        const T e = detail::exp_fast<T>(row[v] - mx);
-        grow[v] = e;
-        sum += e;
-      }
-    } else {
-#pragma omp simd reduction(+ : sum)
-      for (int64_t v = 0; v < vocab; ++v) sum += detail::exp_fast<T>(row[v] - mx);
-    }
-    const T lse = mx + std::log(sum);
-    loss_sum += static_cast<double>(lse - row[target]);
-    ++count;
-    if (grow != nullptr) {
-      const T inv = T(1) / sum;
-#pragma omp simd
-      for (int64_t v = 0; v < vocab; ++v) grow[v] *= inv;
-      grow[target] -= T(1);
-    }
+  for (int part = 0; part < parts; ++part) {
+    loss_sum += part_loss[static_cast<std::size_t>(part)];
+    count += part_count[static_cast<std::size_t>(part)];
   }
   return CrossEntropyResult{loss_sum, count};
 }

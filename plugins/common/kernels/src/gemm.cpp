@@ -7,6 +7,7 @@
 #include <climits>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace plexus::kernels {
 namespace {
@@ -52,35 +53,38 @@ void gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, T alpha, const T*
 template <class T>
 void gemm_parallel(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
                    const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  if (threads <= 1 || work < kParallelWork) {
+  if (work < kParallelWork) {
     gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   // Validate here: nothing may throw inside the parallel region (the slices are no larger).
   (void)to_int(m, "m"), (void)to_int(n, "n"), (void)to_int(k, "k");
   (void)to_int(lda, "lda"), (void)to_int(ldb, "ldb"), (void)to_int(ldc, "ldc");
-  // Cut the larger output dimension into one slice per thread, in multiples of 16 so every slice
-  // but the last keeps BLAS's micro-kernel tiles full.
+  // Cut the larger output dimension into one slice per CPU of the machine, in multiples of 16 so
+  // every slice but the last keeps BLAS's micro-kernel tiles full; the team's threads share them.
+  // Not one per thread, nor per core the process may use: BLAS picks its kernel, and so its
+  // summation order, by the shape of each call, so slices that followed the thread count, the
+  // process's CPU binding or its share of the machine would make the results follow them too.
+  // With these, 1 thread, a team that shrinks while the machine is busy (run.adapt_threads) and
+  // ranks bound to a core each compute the same bits.
+  static const int64_t cores = std::max(1U, std::thread::hardware_concurrency());
   const bool by_rows = m >= n;
   const int64_t extent = by_rows ? m : n;
   constexpr int64_t kAlign = 16;
-  int64_t slice = (extent + threads - 1) / threads;
+  int64_t slice = (extent + cores - 1) / cores;
   slice = (slice + kAlign - 1) / kAlign * kAlign;
-  const int parts = static_cast<int>((extent + slice - 1) / slice);
-#pragma omp parallel num_threads(parts)
-  {
-    const int64_t begin = static_cast<int64_t>(omp_get_thread_num()) * slice;
+  const int64_t parts = (extent + slice - 1) / slice;
+#pragma omp parallel for schedule(static) if (parts > 1 && !omp_in_parallel())
+  for (int64_t part = 0; part < parts; ++part) {
+    const int64_t begin = part * slice;
     const int64_t end = std::min(extent, begin + slice);
-    if (begin < end) {
-      if (by_rows) {
-        const T* a_part = ta == Trans::N ? a + begin * lda : a + begin;
-        gemm(ta, tb, end - begin, n, k, alpha, a_part, lda, b, ldb, beta, c + begin * ldc, ldc);
-      } else {
-        const T* b_part = tb == Trans::N ? b + begin : b + begin * ldb;
-        gemm(ta, tb, m, end - begin, k, alpha, a, lda, b_part, ldb, beta, c + begin, ldc);
-      }
+    if (by_rows) {
+      const T* a_part = ta == Trans::N ? a + begin * lda : a + begin;
+      gemm(ta, tb, end - begin, n, k, alpha, a_part, lda, b, ldb, beta, c + begin * ldc, ldc);
+    } else {
+      const T* b_part = tb == Trans::N ? b + begin : b + begin * ldb;
+      gemm(ta, tb, m, end - begin, k, alpha, a, lda, b_part, ldb, beta, c + begin, ldc);
     }
   }
 }

@@ -6,14 +6,14 @@
 #include <vector>
 
 #include "parallel.hpp"
+#include "plexus_kernels/parts.hpp"
 
 namespace plexus::kernels {
 namespace {
 
 using detail::worth_parallel;
 
-// Sums per-thread partial column sums into `out` (+=) in thread order, so a given thread count
-// always gives the same result.
+// Adds the parts' partial column sums into `out` (+=) in part order (plexus_kernels/parts.hpp).
 template <class T>
 void add_partials(const std::vector<T>& partials, int parts, int64_t cols, T* out) {
   for (int p = 0; p < parts; ++p) {
@@ -22,8 +22,8 @@ void add_partials(const std::vector<T>& partials, int parts, int64_t cols, T* ou
   }
 }
 
-int team_size(int64_t elements) {
-  return worth_parallel(elements) && !omp_in_parallel() ? omp_get_max_threads() : 1;
+int parts_of(int64_t rows, int64_t cols) {
+  return reduction_parts(rows, worth_parallel(rows * cols) && !omp_in_parallel());
 }
 
 }  // namespace
@@ -85,13 +85,13 @@ template <class T>
 void rmsnorm_backward(int64_t rows, int64_t cols, const T* dy, const T* xhat, const T* rstd, const T* w,
                       T* dx, T* dw) {
   const T inv_cols = T(1) / static_cast<T>(cols);
-  const int parts = team_size(rows * cols);
+  const int parts = parts_of(rows, cols);
   std::vector<T> partials(dw != nullptr ? static_cast<std::size_t>(parts * cols) : 0, T(0));
-#pragma omp parallel num_threads(parts)
-  {
-    T* mine = dw != nullptr ? partials.data() + static_cast<int64_t>(omp_get_thread_num()) * cols : nullptr;
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
+#pragma omp parallel for schedule(static) if (parts > 1)
+  for (int part = 0; part < parts; ++part) {
+    T* mine = dw != nullptr ? partials.data() + static_cast<int64_t>(part) * cols : nullptr;
+    const PartRange range = part_range(rows, part, parts);
+    for (int64_t r = range.begin; r < range.end; ++r) {
       const T* g = dy + r * cols;
       const T* h = xhat + r * cols;
       if (mine != nullptr) {
@@ -117,16 +117,16 @@ template <class T>
 void layernorm_backward(int64_t rows, int64_t cols, const T* dy, const T* xhat, const T* rstd, const T* w,
                         T* dx, T* dw, T* db) {
   const T inv_cols = T(1) / static_cast<T>(cols);
-  const int parts = team_size(rows * cols);
+  const int parts = parts_of(rows, cols);
   std::vector<T> dw_partials(dw != nullptr ? static_cast<std::size_t>(parts * cols) : 0, T(0));
   std::vector<T> db_partials(db != nullptr ? static_cast<std::size_t>(parts * cols) : 0, T(0));
-#pragma omp parallel num_threads(parts)
-  {
-    const int64_t offset = static_cast<int64_t>(omp_get_thread_num()) * cols;
+#pragma omp parallel for schedule(static) if (parts > 1)
+  for (int part = 0; part < parts; ++part) {
+    const int64_t offset = static_cast<int64_t>(part) * cols;
     T* my_dw = dw != nullptr ? dw_partials.data() + offset : nullptr;
     T* my_db = db != nullptr ? db_partials.data() + offset : nullptr;
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
+    const PartRange range = part_range(rows, part, parts);
+    for (int64_t r = range.begin; r < range.end; ++r) {
       const T* g = dy + r * cols;
       const T* h = xhat + r * cols;
       if (my_dw != nullptr) {
