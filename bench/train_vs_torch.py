@@ -44,13 +44,21 @@ sys.path.insert(0, str(ROOT / "tests" / "reference"))
 
 
 def resolved_config(args):
+    """The run config as plexus-train reads it, with the model's derived sizes filled in: 0 means
+    "derive", as in the engine: as many query groups as heads, Megatron's default FFN width (4C, or
+    with swiglu int(8C / 3 / 64) * 64)."""
     cmd = [str(args.build / "bin" / "plexus"), "config", "show", str(args.config)]
     for s in args.set:
         cmd += ["--set", s]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"train_vs_torch: `{' '.join(cmd)}` failed:\n{out.stderr}")
-    return json.loads(out.stdout)
+    config = json.loads(out.stdout)
+    m = config["model"]
+    m["num_query_groups"] = m["num_query_groups"] or m["num_attention_heads"]
+    swiglu_ffn = int((4 * m["hidden_size"] * 2 / 3) / 64) * 64
+    m["ffn_hidden_size"] = m["ffn_hidden_size"] or (swiglu_ffn if m["activation"] == "swiglu" else 4 * m["hidden_size"])
+    return config
 
 
 def flops_per_token(args):
@@ -189,11 +197,6 @@ def main():
 
     config = resolved_config(args)
     m = config["model"]
-    # 0 means "derive", as in the engine: as many query groups as heads, Megatron's default FFN
-    # width (4C, or with swiglu int(8C / 3 / 64) * 64).
-    m["num_query_groups"] = m["num_query_groups"] or m["num_attention_heads"]
-    swiglu_ffn = int((4 * m["hidden_size"] * 2 / 3) / 64) * 64
-    m["ffn_hidden_size"] = m["ffn_hidden_size"] or (swiglu_ffn if m["activation"] == "swiglu" else 4 * m["hidden_size"])
     t = config["train"]
     tokens_per_step = t["micro_batch_size"] * m["seq_length"] * t["microbatches"]
     peers = available_peers(args)
