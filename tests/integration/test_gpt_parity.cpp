@@ -111,7 +111,7 @@ void check_parity(const std::vector<std::string>& overrides) {
       {"optimizer", setup.run_config.at("optimizer")},
       {"steps", 10},
       {"mhc", setup.run_config.at("mhc")},
-      {"mtp", {{"depths", model.mtp_depths()}, {"scaling_factor", settings.mtp_loss_scaling_factor}}}};
+      {"mtp", {{"depths", model.plan().mtp_depths}, {"scaling_factor", settings.mtp_loss_scaling_factor}}}};
   std::ofstream(dir.path() / "spec.json") << boost::json::serialize(spec);
 
   // Ours: one step's loss and gradients, then 10 AdamW steps on the same microbatches.

@@ -84,10 +84,6 @@ void Model::set_chunk_output_grad(uint32_t chunk, uint32_t microbatch, Tensor gr
   run.output_grad_set = true;
 }
 
-uint32_t Model::mtp_depths() const noexcept {
-  return plan_.mtp_depths;
-}
-
 double Model::finish_microbatches() {
   double loss = 0;
   std::size_t losses = 0;

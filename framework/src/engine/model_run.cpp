@@ -155,19 +155,17 @@ std::vector<DLTensor> Model::forward_inputs(Run& run, std::size_t u, uint32_t st
     case UnitRole::decoder:
       return {connection_->layer_input(stream_of(run, u), u, first_stage).view()};
     case UnitRole::final_norm:
-      return {connection_->leave(*run.connection, first_stage).view()};
+    case UnitRole::mtp_norm:
+      return {connection_->leave(stream_of(run, u), first_stage).view()};
     case UnitRole::head:
-      return {run.outputs[u - 1][0].view(), run.targets.view()};
+    case UnitRole::mtp_head:
+      return {run.outputs[u - 1][0].view(), targets_of(run, u).view()};
     case UnitRole::mtp_embedding:
       return {run.mtp_tokens[depth_index(u)].view()};
     case UnitRole::mtp_entry: {
       const std::size_t d = depth_index(u);
       return {run.outputs[run.chunk->mtp[d].embedding][0].view(), hidden_before(run, d).view()};
     }
-    case UnitRole::mtp_norm:
-      return {connection_->leave(stream_of(run, u), first_stage).view()};
-    case UnitRole::mtp_head:
-      return {run.outputs[u - 1][0].view(), run.mtp_targets[depth_index(u)].view()};
   }
   return {};
 }
@@ -215,56 +213,8 @@ void Model::backward_stage(Run& run, std::size_t u, uint32_t stage) {
   if (first_stage) residency_->acquire_for_backward(u, profile_);
   const StepProfile::Scope timed(profile_, unit.label, StepProfile::Phase::backward);
   const Timeline::Scope span(timeline_, unit.label, "backward", run.microbatch, run.chunk->index);
-  ConnectionState& connection = *run.connection;
-  Tensor& written = run.grad_inputs[u];
-  const auto written_like = [&](const Tensor& like) {
-    if (written.empty()) written = Tensor(like.shape(), like.dtype(), device_);
-    return written.view();
-  };
   std::vector<DLTensor> grad_outputs, grad_inputs;
-  switch (unit.role) {
-    case UnitRole::head:
-      grad_outputs = {run.loss_scale.view()};
-      for (uint32_t o = 1; o < unit.num_outputs; ++o) grad_outputs.push_back(absent(run.outputs[u][o]));
-      grad_inputs = {written_like(run.outputs[u - 1][0]), absent(run.targets)};
-      break;
-    case UnitRole::final_norm:
-      grad_outputs = {run.grad_inputs[u + 1].view()};
-      grad_inputs = {written_like(connection_->leave(connection, false))};
-      break;
-    case UnitRole::decoder: {
-      const Tensor& df = connection_->layer_output_grad(stream_of(run, u), u, first_stage);
-      grad_outputs = {df.view()};
-      grad_inputs = {written_like(df)};
-      break;
-    }
-    case UnitRole::embedding:
-      grad_outputs = {connection_->enter_backward(connection, first_stage).view()};
-      grad_inputs = {absent(run.tokens)};
-      break;
-    case UnitRole::mtp_head:
-      grad_outputs = {run.mtp_loss_scale.view()};
-      for (uint32_t o = 1; o < unit.num_outputs; ++o) grad_outputs.push_back(absent(run.outputs[u][o]));
-      grad_inputs = {written_like(run.outputs[u - 1][0]), absent(run.mtp_targets[depth_index(u)])};
-      break;
-    case UnitRole::mtp_norm:
-      grad_outputs = {run.grad_inputs[u + 1].view()};
-      grad_inputs = {written_like(connection_->leave(stream_of(run, u), false))};
-      break;
-    case UnitRole::mtp_entry: {
-      const std::size_t d = depth_index(u);
-      const Tensor& dz = connection_->enter_backward(stream_of(run, u), first_stage);
-      grad_outputs = {dz.view()};
-      for (Tensor* grad : {&run.mtp_embedding_grads[d], &run.mtp_hidden_grads[d]})
-        if (grad->empty()) *grad = Tensor(dz.shape(), dz.dtype(), device_);
-      grad_inputs = {run.mtp_embedding_grads[d].view(), run.mtp_hidden_grads[d].view()};
-      break;
-    }
-    case UnitRole::mtp_embedding:
-      grad_outputs = {run.mtp_embedding_grads[depth_index(u)].view()};
-      grad_inputs = {absent(run.mtp_tokens[depth_index(u)])};
-      break;
-  }
+  backward_tensors(run, u, first_stage, grad_outputs, grad_inputs);
   const bool split = split_weights_ && unit.layer->has_backward_weights();
   call_backward(unit, params_, *run.states[u], stage, {run.microbatch, run.loss_scale_value, split},
                 grad_outputs, grad_inputs);
@@ -284,6 +234,54 @@ void Model::backward_stage(Run& run, std::size_t u, uint32_t stage) {
 
 // After a unit's last backward stage: its input gradient into the stream's gradient, and what it
 // no longer needs freed.
+// A unit's backward arguments: the gradients of its outputs (the loss's scale for a head) and
+// the buffers its inputs' gradients are written into (absent for token ids and targets).
+void Model::backward_tensors(Run& run, std::size_t u, bool first_stage, std::vector<DLTensor>& grad_outputs,
+                             std::vector<DLTensor>& grad_inputs) {
+  const Unit& unit = *units_[u];
+  Tensor& written = run.grad_inputs[u];
+  const auto written_like = [&](const Tensor& like) {
+    if (written.empty()) written = Tensor(like.shape(), like.dtype(), device_);
+    return written.view();
+  };
+  switch (unit.role) {
+    case UnitRole::head:
+    case UnitRole::mtp_head:
+      grad_outputs = {(unit.role == UnitRole::head ? run.loss_scale : run.mtp_loss_scale).view()};
+      for (uint32_t o = 1; o < unit.num_outputs; ++o) grad_outputs.push_back(absent(run.outputs[u][o]));
+      grad_inputs = {written_like(run.outputs[u - 1][0]), absent(targets_of(run, u))};
+      break;
+    case UnitRole::final_norm:
+    case UnitRole::mtp_norm:
+      grad_outputs = {run.grad_inputs[u + 1].view()};
+      grad_inputs = {written_like(connection_->leave(stream_of(run, u), false))};
+      break;
+    case UnitRole::decoder: {
+      const Tensor& df = connection_->layer_output_grad(stream_of(run, u), u, first_stage);
+      grad_outputs = {df.view()};
+      grad_inputs = {written_like(df)};
+      break;
+    }
+    case UnitRole::embedding:
+      grad_outputs = {connection_->enter_backward(*run.connection, first_stage).view()};
+      grad_inputs = {absent(run.tokens)};
+      break;
+    case UnitRole::mtp_entry: {
+      const std::size_t d = depth_index(u);
+      const Tensor& dz = connection_->enter_backward(stream_of(run, u), first_stage);
+      grad_outputs = {dz.view()};
+      for (Tensor* grad : {&run.mtp_embedding_grads[d], &run.mtp_hidden_grads[d]})
+        if (grad->empty()) *grad = Tensor(dz.shape(), dz.dtype(), device_);
+      grad_inputs = {run.mtp_embedding_grads[d].view(), run.mtp_hidden_grads[d].view()};
+      break;
+    }
+    case UnitRole::mtp_embedding:
+      grad_outputs = {run.mtp_embedding_grads[depth_index(u)].view()};
+      grad_inputs = {absent(run.mtp_tokens[depth_index(u)])};
+      break;
+  }
+}
+
 void Model::fold_backward(Run& run, std::size_t u) {
   switch (units_[u]->role) {
     case UnitRole::head:
@@ -299,9 +297,6 @@ void Model::fold_backward(Run& run, std::size_t u) {
       break;
     }
     case UnitRole::final_norm:
-      connection_->leave_backward(*run.connection, std::move(run.grad_inputs[u]));
-      run.outputs[u].clear();
-      break;
     case UnitRole::mtp_norm:
       connection_->leave_backward(stream_of(run, u), std::move(run.grad_inputs[u]));
       run.outputs[u].clear();
@@ -349,6 +344,10 @@ void Model::start_mtp(Run& run, const Batch& batch) {
   const auto scale = static_cast<float>(run.loss_scale_value * settings_.mtp_loss_scaling_factor /
                                         static_cast<double>(depths));
   device_ops::write_floats(run.mtp_loss_scale, &scale, 1);
+}
+
+const Tensor& Model::targets_of(const Run& run, std::size_t u) const {
+  return units_[u]->mtp_depth == 0 ? run.targets : run.mtp_targets[depth_index(u)];
 }
 
 std::size_t Model::depth_index(std::size_t u) const {

@@ -1,7 +1,5 @@
 #include "conv.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <vector>
 

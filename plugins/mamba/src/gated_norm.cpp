@@ -1,7 +1,5 @@
 #include "gated_norm.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>

@@ -111,7 +111,7 @@ template <class Args>
 void over_tokens(const MhcProblem& pb, const Args& args, double work_per_element) {
   const double work =
       work_per_element * static_cast<double>(pb.tokens) * static_cast<double>(pb.streams * pb.hidden);
-  run_parts(team_size(pb.tokens, work), [&](int part, int parts) {
+  run_parts(part_count(pb.tokens, work), [&](int part, int parts) {
     const Range mine = part_range(pb.tokens, part, parts);
     run_tokens(args, mine.begin, mine.end);
   });

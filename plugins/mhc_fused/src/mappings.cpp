@@ -213,7 +213,7 @@ void CpuPrimitives<T>::mappings_forward(const MhcProblem& pb, const plx_mhc_mapp
                         mhc_out<T>(a.h_res),
                         static_cast<std::size_t>(pb.tokens)};
   const int64_t groups = group_count(pb, kLanes<T>);
-  run_parts(team_size(groups, mapping_work(pb)), [&](int part, int parts) {
+  run_parts(part_count(groups, mapping_work(pb)), [&](int part, int parts) {
     const Range mine = part_range(groups, part, parts);
     run_groups(args, mine.begin, mine.end);
   });
@@ -236,15 +236,15 @@ void CpuPrimitives<T>::mappings_backward(const MhcProblem& pb, const plx_mhc_map
 
   // Per part: dalpha's three sums, then db's W, in double; combined in part order below.
   const int64_t groups = group_count(pb, kLanes<T>);
-  const int parts = team_size(groups, 3.0 * mapping_work(pb));
+  const int parts = part_count(groups, 3.0 * mapping_work(pb));
   const std::size_t w = args.lg.width, sums_size = 3 + w;
   std::vector<Acc> sums(static_cast<std::size_t>(parts) * sums_size, 0.0);
-  const int ran = run_parts(parts, [&](int part, int team) {
-    const Range mine = part_range(groups, part, team);
+  run_parts(parts, [&](int part, int) {
+    const Range mine = part_range(groups, part, parts);
     run_groups(args, mine.begin, mine.end, sums.data() + static_cast<std::size_t>(part) * sums_size);
   });
 
-  for (int part = 1; part < ran; ++part)
+  for (int part = 1; part < parts; ++part)
     for (std::size_t k = 0; k < sums_size; ++k)
       sums[k] += sums[static_cast<std::size_t>(part) * sums_size + k];
   if (dalpha != nullptr)

@@ -194,7 +194,7 @@ void CpuPrimitives<T>::post_res_forward(const MhcProblem& pb, const plx_mhc_post
                         pb.transposed_h_res};
   const double work = static_cast<double>(pb.tokens) * static_cast<double>(pb.streams * pb.hidden) *
                       static_cast<double>(pb.streams + 1);
-  run_parts(team_size(pb.tokens, work), [&](int part, int parts) {
+  run_parts(part_count(pb.tokens, work), [&](int part, int parts) {
     const Range mine = part_range(pb.tokens, part, parts);
     run_tokens(args, mine.begin, mine.end);
   });
@@ -213,18 +213,18 @@ void CpuPrimitives<T>::post_res_backward(const MhcProblem& pb, const plx_mhc_pos
     return;
   const double work = static_cast<double>(pb.tokens) * static_cast<double>(pb.streams * pb.hidden) *
                       (2.0 * static_cast<double>(pb.streams) + 3.0);
-  const int parts = team_size(pb.tokens, work);
+  const int parts = part_count(pb.tokens, work);
 
   // dbias: one sum per part over its tokens, in double, combined in part order below.
   const auto c = static_cast<std::size_t>(pb.hidden);
   std::vector<Acc> bias_sums(dbias != nullptr ? static_cast<std::size_t>(parts) * c : 0, 0.0);
-  const int ran = run_parts(parts, [&](int part, int team) {
-    const Range mine = part_range(pb.tokens, part, team);
+  run_parts(parts, [&](int part, int) {
+    const Range mine = part_range(pb.tokens, part, parts);
     run_tokens(args, mine.begin, mine.end, dbias != nullptr ? bias_sums.data() + part * c : nullptr);
   });
 
   if (dbias == nullptr) return;
-  for (int part = 1; part < ran; ++part)
+  for (int part = 1; part < parts; ++part)
     for (std::size_t k = 0; k < c; ++k) bias_sums[k] += bias_sums[part * c + k];
   for (std::size_t k = 0; k < c; ++k) dbias[k] += static_cast<T>(bias_sums[k]);
 }

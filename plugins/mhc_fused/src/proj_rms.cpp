@@ -123,7 +123,7 @@ void CpuPrimitives<T>::proj_rms_forward(const MhcProblem& pb, const plx_mhc_proj
   const int64_t blocks = (pb.tokens + block - 1) / block;
   const double work =
       static_cast<double>(pb.tokens) * static_cast<double>(row) * static_cast<double>(width + 1);
-  run_parts(team_size(blocks, work), [&](int part, int parts) {
+  run_parts(part_count(blocks, work), [&](int part, int parts) {
     const Range mine = part_range(blocks, part, parts);
     for (int64_t b = mine.begin; b < mine.end; ++b) {
       const int64_t t0 = b * block;
@@ -154,7 +154,7 @@ void CpuPrimitives<T>::proj_rms_backward(const MhcProblem& pb, const plx_mhc_pro
   const double products = (dx != nullptr ? 1.0 : 0.0) + (dphi != nullptr ? 1.0 : 0.0);
   const double work = static_cast<double>(pb.tokens) * static_cast<double>(row) *
                       (products * static_cast<double>(width) + 2.0);
-  const int parts = team_size(blocks, work);
+  const int parts = part_count(blocks, work);
 
   // dphi: part 0 accumulates straight into dphi, every other part into its own partial sum,
   // added to dphi in part order afterwards.
@@ -164,8 +164,8 @@ void CpuPrimitives<T>::proj_rms_backward(const MhcProblem& pb, const plx_mhc_pro
                         ? partials.get<T>(phi_size * static_cast<std::size_t>(parts - 1))
                         : nullptr;
 
-  const int ran = run_parts(parts, [&](int part, int team) {
-    const Range mine = part_range(blocks, part, team);
+  run_parts(parts, [&](int part, int) {
+    const Range mine = part_range(blocks, part, parts);
     T* my_dphi = dphi == nullptr ? nullptr : part == 0 ? dphi : partial_base + phi_size * (part - 1);
     if (my_dphi != nullptr && part != 0 && mine.begin == mine.end)
       std::memset(my_dphi, 0, phi_size * sizeof(T));
@@ -189,7 +189,7 @@ void CpuPrimitives<T>::proj_rms_backward(const MhcProblem& pb, const plx_mhc_pro
   });
 
   if (dphi == nullptr) return;
-  for (int part = 1; part < ran; ++part) {
+  for (int part = 1; part < parts; ++part) {
     const T* src = partial_base + phi_size * static_cast<std::size_t>(part - 1);
 #pragma omp simd
     for (std::size_t e = 0; e < phi_size; ++e) dphi[e] += src[e];

@@ -24,7 +24,7 @@ constexpr double kParallelWork = double(1 << 15);
 // The number of parts a loop over `items` independent items of `work` operations in all is cut
 // into: 1 for small work, inside another parallel region, or for a single item; else a count
 // fixed by the items alone.
-inline int team_size(int64_t items, double work) {
+inline int part_count(int64_t items, double work) {
   if (items <= 1 || work < kParallelWork || omp_in_parallel()) return 1;
   return plexus::kernels::reduction_parts(items, true);
 }
@@ -34,13 +34,13 @@ using Range = plexus::kernels::PartRange;
 using plexus::kernels::part_range;
 
 // Runs body(part, parts) once for each part in [0, parts), the parts shared among the OpenMP
-// threads, and returns parts. An exception a body throws is rethrown here, after the region:
-// none may leave an OpenMP region.
+// threads. An exception a body throws is rethrown here, after the region: none may leave an
+// OpenMP region.
 template <class Body>
-int run_parts(int parts, Body&& body) {
+void run_parts(int parts, Body&& body) {
   if (parts <= 1) {
     body(0, 1);
-    return 1;
+    return;
   }
   std::exception_ptr error;
 #pragma omp parallel for schedule(static)
@@ -53,7 +53,6 @@ int run_parts(int parts, Body&& body) {
     }
   }
   if (error) std::rethrow_exception(error);
-  return parts;
 }
 
 }  // namespace plexus::mhc_fused

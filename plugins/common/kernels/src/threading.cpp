@@ -48,10 +48,6 @@ bool init_for_plugin() noexcept {
   return pin_openmp_runtime();
 }
 
-int available_threads() noexcept {
-  return omp_in_parallel() ? 1 : omp_get_max_threads();
-}
-
 const char* threading_description() noexcept {
   static std::string text;
   static std::mutex mutex;

@@ -170,11 +170,9 @@ class Model {
   Tensor take_chunk_input_grad(uint32_t chunk, uint32_t microbatch);
   void set_chunk_output_grad(uint32_t chunk, uint32_t microbatch, Tensor grad);
   double finish_microbatches();
-  // The number of multi-token-prediction depths the stack describes (0: none).
-  uint32_t mtp_depths() const noexcept;
   // The last step's (or evaluation's) mean loss of each MTP depth over its microbatches, on a
   // rank whose chunk holds the head; zeros elsewhere (so the pipeline's sum is it). Sized
-  // mtp_depths(). Not part of the returned loss, which is the main model's.
+  // plan().mtp_depths. Not part of the returned loss, which is the main model's.
   const std::vector<double>& mtp_losses() const noexcept { return mtp_losses_; }
 
   // Hands the parameters to a data-parallel strategy component (plexus/data_parallel.h), before
@@ -241,6 +239,7 @@ class Model {
   void build_chunk(const boost::json::value& model_section, const ChunkSpec& spec);
   void start_mtp(Run& run, const Batch& batch);
   std::size_t depth_index(std::size_t u) const;
+  const Tensor& targets_of(const Run& run, std::size_t u) const;  // a head's: rolled for an MTP depth
   ConnectionState& stream_of(Run& run, std::size_t u) const;
   const Tensor& hidden_before(const Run& run, std::size_t d) const;
   void build_mtp_depth(const boost::json::value& model_section, uint32_t depth, Chunk& chunk);
@@ -252,6 +251,8 @@ class Model {
   std::vector<DLTensor> forward_inputs(Run& run, std::size_t unit, uint32_t stage);
   void fold_forward(Run& run, std::size_t unit);
   void fold_backward(Run& run, std::size_t unit);
+  void backward_tensors(Run& run, std::size_t unit, bool first_stage, std::vector<DLTensor>& grad_outputs,
+                        std::vector<DLTensor>& grad_inputs);
   void finish_unit_backward(Run& run, std::size_t unit);
   std::unique_ptr<Run> start_run(uint32_t chunk, const Batch& batch, bool training, uint32_t microbatch,
                                  double loss_scale);

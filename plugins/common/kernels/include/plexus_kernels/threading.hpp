@@ -28,9 +28,6 @@ bool pin_openmp_runtime() noexcept;
 // Returns pin_openmp_runtime()'s result.
 bool init_for_plugin() noexcept;
 
-// The number of OpenMP threads a parallel region started here would get (1 inside one).
-int available_threads() noexcept;
-
 // "OpenBLAS <config> (<n> threads), OpenMP <m> threads": for logs and benchmarks.
 const char* threading_description() noexcept;
 
