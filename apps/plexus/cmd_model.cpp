@@ -21,7 +21,7 @@ namespace plexus::cli {
 namespace {
 
 constexpr const char* kHelp =
-    R"(usage: plexus model show [--config FILE] [--set KEY=VALUE]... [--pp N] [--json]
+    R"(usage: plexus model show [--config FILE] [--set KEY=VALUE]... [--pp N] [--tp N] [--json]
 
 Builds the model of a run config (the embedded default when no --config) and prints its layers as
 the engine assembled them: for every unit (embedding, each decoder layer, final norm, head) the
@@ -29,10 +29,20 @@ logical and physical layer number, the pattern symbol, the layer component, the 
 holds (its mHC connection's included) and its training FLOPs per token (forward and backward),
 and the pipeline segment; then the totals. With --pp N, also the pipeline stage and virtual stage
 each unit goes to when the model is cut over N pipeline ranks (distributed.pipeline's settings;
-a misfit is refused as plexus-train refuses it). Nothing is trained and nothing is written.
+a misfit is refused as plexus-train refuses it). With --tp N, also the parameters each of N
+tensor-parallel ranks holds per unit (the layers' split parameters divided, the others whole, the
+vocabulary padded for N ranks) and, in the totals, a rank's bytes of float32 parameters,
+gradients and AdamW moments; the layers check their own divisibility (heads, query groups, MLP
+width) when a job starts. Nothing is trained and nothing is written.
   plexus model show --set 'model.pattern=M*M-' --set model.num_layers=4
   plexus model show --pp 2 --set distributed.pipeline.virtual_stages=2
+  plexus model show --tp 4 --set model.num_attention_heads=8
 )";
+
+// A rank's elements of a unit at tp ranks.
+int64_t per_rank(const Model::UnitSummary& row, int64_t tp) {
+  return row.parameters - row.tensor_parallel + row.tensor_parallel / tp;
+}
 
 std::string count_text(double value) {
   char buffer[32];
@@ -66,6 +76,7 @@ int model_command(const std::vector<std::string>& args) {
     bool json = false;
     bool help = false;
     uint32_t pipeline_size = 1;
+    int64_t tensor_size = 1;
     po::options_description options("options");
     plugin_options.add_to(options);
     options.add_options()("config", po::value(&config_file),
@@ -73,6 +84,7 @@ int model_command(const std::vector<std::string>& args) {
         "set", po::value(&overrides)->composing(), "override a key (repeatable)")(
         "pp", po::value(&pipeline_size),
         "show each unit's stage when the model is cut over N pipeline ranks")(
+        "tp", po::value(&tensor_size), "show each tensor-parallel rank's parameters when split over N ranks")(
         "json", po::bool_switch(&json), "print the rows and totals as JSON")("help,h", po::bool_switch(&help),
                                                                              "this help");
     po::options_description hidden;
@@ -98,11 +110,20 @@ int model_command(const std::vector<std::string>& args) {
     PluginHost host;
     load_configured_plugins(host, run_config, {plugin_options.dirs(), plugin_options.allow_world_writable});
     check_components(host, run_config);
-    const Model model(host, run_config);
+    if (tensor_size < 1)
+      throw std::invalid_argument("--tp must be at least 1, got " + std::to_string(tensor_size));
+    ModelOptions model_options;
+    model_options.padding_tp = tensor_size;
+    const Model model(host, run_config, model_options);
     const std::vector<Model::UnitSummary> rows = model.summary();
-    int64_t total_parameters = 0;
-    for (std::size_t i = 0; i < model.parameters().size(); ++i)
-      total_parameters += model.parameters()[i].value.numel();
+    int64_t total_parameters = 0, rank_parameters = 0;
+    for (std::size_t i = 0; i < model.parameters().size(); ++i) {
+      const Parameter& p = model.parameters()[i];
+      total_parameters += p.whole_numel();
+      rank_parameters += p.tp.tensor_parallel() ? p.whole_numel() / tensor_size : p.whole_numel();
+    }
+    // float32 values, gradients and AdamW's two moments, without ZeRO.
+    const int64_t rank_bytes = 16 * rank_parameters;
     const std::optional<double> total_flops = model.flops_per_token();
     // Where each unit goes at --pp: the embedding with chunk 0, the final norm, head and MTP depths
     // with the last.
@@ -122,6 +143,7 @@ int model_command(const std::vector<std::string>& args) {
                               {"logical", row.logical},    {"physical", row.physical},
                               {"segment", row.segment},    {"parameters", row.parameters},
                               {"mtp_depth", row.mtp_depth}};
+        if (tensor_size > 1) u["parameters_per_tp_rank"] = per_rank(row, tensor_size);
         u["flops_per_token"] = row.flops_per_token ? boost::json::value(*row.flops_per_token) : nullptr;
         u["pipeline_stage"] = stage_of(row).rank;
         u["virtual_stage"] = stage_of(row).virtual_stage;
@@ -131,6 +153,10 @@ int model_command(const std::vector<std::string>& args) {
                               {"units", std::move(units)},
                               {"parameters", total_parameters},
                               {"pipeline_size", pipeline_size},
+                              {"tensor_parallel_size", tensor_size},
+                              {"padded_vocab_size", model.settings().padded_vocab_size},
+                              {"parameters_per_tp_rank", rank_parameters},
+                              {"bytes_per_tp_rank", rank_bytes},
                               {"virtual_stages", layout.virtual_stages},
                               {"flops_per_token", total_flops ? boost::json::value(*total_flops) : nullptr}};
       std::cout << json_text(out) << "\n";
@@ -139,7 +165,8 @@ int model_command(const std::vector<std::string>& args) {
     std::cout << "model: " << model.plan().summary << ", hidden " << model.settings().hidden_size
               << ", sequence " << model.settings().seq_length << "\n";
     std::cout << padded("logical", 9) << padded("physical", 10) << padded("symbol", 8) << padded("unit", 52)
-              << padded("parameters", 12) << padded("FLOPs/token", 13) << padded("segment", 9)
+              << padded("parameters", 12) << (tensor_size > 1 ? padded("per tp rank", 13) : "")
+              << padded("FLOPs/token", 13) << padded("segment", 9)
               << (pipeline_size > 1 ? "stage  vstage" : "") << "\n";
     for (const auto& row : rows) {
       // An MTP depth's layers are numbered within it: "mtp 1" says whose they are.
@@ -148,6 +175,8 @@ int model_command(const std::vector<std::string>& args) {
       std::cout << padded(logical, 9) << padded(number_or_dash(row.physical), 10)
                 << padded(row.symbol.empty() ? "-" : row.symbol, 8) << padded(row.label, 52)
                 << padded(count_text(static_cast<double>(row.parameters)), 12)
+                << (tensor_size > 1 ? padded(count_text(static_cast<double>(per_rank(row, tensor_size))), 13)
+                                    : "")
                 << padded(row.flops_per_token ? count_text(*row.flops_per_token) : "?", 13)
                 << padded(row.mtp_depth > 0 ? "-" : number_or_dash(row.segment), 9);
       if (pipeline_size > 1)
@@ -159,6 +188,12 @@ int model_command(const std::vector<std::string>& args) {
               << (total_flops ? count_text(*total_flops) : std::string("unknown"))
               << " training FLOPs per token"
               << " (the tied embedding and head share one matrix, counted once in the total)\n";
+    if (tensor_size > 1)
+      std::cout << "per tp rank of " << tensor_size << ": "
+                << count_text(static_cast<double>(rank_parameters)) << " parameters (" << rank_parameters
+                << "), " << count_text(static_cast<double>(rank_bytes))
+                << "B of float32 parameters, gradients and AdamW moments; vocabulary padded to "
+                << model.settings().padded_vocab_size << "\n";
     return 0;
   });
 }

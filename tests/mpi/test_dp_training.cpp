@@ -51,9 +51,8 @@ void expect_same_run(const std::filesystem::path& one, const std::filesystem::pa
     BOOST_TEST(std::abs(a[i] - b[i]) <= kRelative * std::abs(a[i]),
                "step " << i + 1 << ": " << a[i] << " vs " << b[i]);
   BOOST_TEST(a.back() < a.front());
-  const double weights =
-      worst_weight_difference(one / "checkpoints" / "step_00000010", many / "checkpoints" / "step_00000010",
-                              weight_floor);
+  const double weights = worst_weight_difference(one / "checkpoints" / "step_00000010",
+                                                 many / "checkpoints" / "step_00000010", weight_floor);
   BOOST_TEST_MESSAGE("worst relative weight difference: " << weights);
   BOOST_TEST(weights <= kRelative);
 }
@@ -69,7 +68,8 @@ BOOST_AUTO_TEST_CASE(two_ranks_match_one_rank_with_twice_the_microbatches) {
   const auto two = corpus.dir.path() / "two";
   const auto single = run_process(corpus.train(one.string(), "--set train.microbatches=2" + kSteps));
   BOOST_TEST_REQUIRE(single.status == 0, single.output);
-  const auto dp = run_process(mpirun_command(2) + corpus.train(two.string(), "--set train.microbatches=1" + kSteps));
+  const auto dp =
+      run_process(mpirun_command(2) + corpus.train(two.string(), "--set train.microbatches=1" + kSteps));
   BOOST_TEST_REQUIRE(dp.status == 0, dp.output);
   BOOST_TEST(dp.output.find("2 ranks from mpirun, comm backend 'mpi'") != std::string::npos, dp.output);
   expect_same_run(one, two);
@@ -184,11 +184,12 @@ BOOST_AUTO_TEST_CASE(ranks_with_different_configs_are_refused_at_start_up) {
 BOOST_AUTO_TEST_CASE(model_parallel_groups_are_refused_and_a_world_that_does_not_factor_is_named) {
   Corpus corpus;
   const auto out = corpus.dir.path() / "run";
-  const auto tp = run_process(mpirun_command(2) +
-                              corpus.train(out.string(), "--set 'distributed.topology.options={\"tp\": 2}'"));
-  BOOST_TEST(tp.status != 0);
-  BOOST_TEST(tp.output.find("not tp-parallel: it runs data, pipeline and expert parallelism") != std::string::npos,
-             tp.output);
+  const auto cp = run_process(mpirun_command(2) +
+                              corpus.train(out.string(), "--set 'distributed.topology.options={\"cp\": 2}'"));
+  BOOST_TEST(cp.status != 0);
+  BOOST_TEST(cp.output.find("not context-parallel: it runs data, tensor, pipeline and expert parallelism") !=
+                 std::string::npos,
+             cp.output);
   const auto odd = run_process(
       mpirun_command(3) + corpus.train(out.string(), "--set 'distributed.topology.options={\"tp\": 2}'"));
   BOOST_TEST(odd.status != 0);

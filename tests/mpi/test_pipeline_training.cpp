@@ -31,15 +31,18 @@
 
 #include "mpi_launch.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
+#include "run_comparison.hpp"
 #include "run_process.hpp"
 #include "skip_module.hpp"
 #include "tensor_difference.hpp"
 #include "train_corpus.hpp"
 
+using plexus::test::compare_runs;
 using plexus::test::mpirun_command;
 using plexus::test::quote;
 using plexus::test::records;
 using plexus::test::run_process;
+using plexus::test::step_dir;
 using plexus::test::step_losses;
 using plexus::test::worst_difference;
 using Corpus = plexus::test::TrainCorpus;
@@ -61,34 +64,7 @@ std::string pipeline(int pp, const std::string& schedule = "1f1b") {
          "}' --set scheduler.component=" + schedule;
 }
 
-std::string step_dir(int step) {
-  std::string digits = std::to_string(step);
-  return "step_" + std::string(8 - digits.size(), '0') + digits;
-}
-
-struct Difference {
-  double losses = 0, weights = 0, moments = 0;
-};
-
-// The worst relative differences of two runs' step losses and of the weights and Adam moments in
-// their checkpoints of step `step`.
-Difference compare_runs(const fs::path& a, const fs::path& b, int step, double floor = 0) {
-  const std::vector<double> la = step_losses(a / "metrics.jsonl");
-  const std::vector<double> lb = step_losses(b / "metrics.jsonl");
-  BOOST_TEST_REQUIRE(la.size() == lb.size());
-  BOOST_TEST_REQUIRE(!la.empty());
-  Difference d;
-  for (std::size_t i = 0; i < la.size(); ++i)
-    d.losses = std::max(d.losses, std::abs(la[i] - lb[i]) / std::abs(la[i]));
-  const auto ca = plexus::checkpoint::load_checkpoint(a / "checkpoints" / step_dir(step));
-  const auto cb = plexus::checkpoint::load_checkpoint(b / "checkpoints" / step_dir(step));
-  BOOST_TEST_REQUIRE(ca.model.size() == cb.model.size());
-  d.weights = worst_difference(ca.model, cb.model, floor);
-  d.moments = worst_difference(ca.optimizer, cb.optimizer, floor);
-  BOOST_TEST_MESSAGE(b.filename() << " against " << a.filename() << ": losses " << d.losses << ", weights "
-                                  << d.weights << ", moments " << d.moments);
-  return d;
-}
+using Difference = plexus::test::RunDifference;
 
 void expect_identical(const fs::path& a, const fs::path& b, int step) {
   const Difference d = compare_runs(a, b, step);
@@ -97,14 +73,8 @@ void expect_identical(const fs::path& a, const fs::path& b, int step) {
   BOOST_TEST(d.moments == 0.0, b.filename() << ": moments differ from " << a.filename());
 }
 
-// One OpenMP thread per process in every run: results do not depend on the thread count
-// (integration.test_cpu_threads), but a process per rank on 2 cores runs best with one.
-const std::string kOneThread = "env OMP_NUM_THREADS=1 ";
-
 void train(const Corpus& corpus, const fs::path& out, int ranks, const std::string& extra) {
-  const std::string command = corpus.train(out.string(), extra);
-  const auto result = run_process(kOneThread + (ranks > 1 ? mpirun_command(ranks) + command : command));
-  BOOST_TEST_REQUIRE(result.status == 0, out.filename() << ":\n" << result.output);
+  plexus::test::train_ranks(corpus, out, ranks, extra);
 }
 
 std::string read_text(const fs::path& path) {
@@ -113,11 +83,8 @@ std::string read_text(const fs::path& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-// The output of a run expected to fail (any rank's message).
 std::string refused(const Corpus& corpus, const fs::path& out, int ranks, const std::string& extra) {
-  const auto result = run_process(mpirun_command(ranks, 120) + corpus.train(out.string(), extra));
-  BOOST_TEST(result.status != 0, out.filename() << " was expected to fail");
-  return result.output;
+  return plexus::test::refused_run(corpus, out, ranks, extra);
 }
 
 }  // namespace

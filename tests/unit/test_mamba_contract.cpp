@@ -33,6 +33,10 @@ struct Expect {
   uint32_t init;
   double a, b;  // std (normal) or bounds (uniform)
   uint32_t flags;
+  // Tensor parallelism (ABI 1.8): the dimension split over tp (-1: whole on every rank) and the
+  // whole parts along it (empty: one).
+  int32_t tp_dim = -1;
+  std::vector<int64_t> parts = {};
 };
 
 void expect_params(const Config& c, const std::vector<Expect>& expected) {
@@ -59,7 +63,13 @@ void expect_params(const Config& c, const std::vector<Expect>& expected) {
         BOOST_TEST(p.init_a == e.a, boost::test_tools::tolerance(1e-15));
         BOOST_TEST(p.init_b == e.b, boost::test_tools::tolerance(1e-15));
       }
-      BOOST_TEST(p.flags == e.flags);
+      const uint32_t split = e.tp_dim >= 0 ? uint32_t{PLX_PARAM_TENSOR_PARALLEL} : 0u;
+      BOOST_TEST(p.flags == (e.flags | split));
+      if (split != 0) {
+        BOOST_TEST(p.tp_dim == e.tp_dim);
+        BOOST_TEST(std::vector<int64_t>(p.tp_part_sizes, p.tp_part_sizes + p.tp_num_parts) == e.parts,
+                   boost::test_tools::per_element());
+      }
       BOOST_TEST(p.grad_group == nullptr);  // averaged over data parallelism like any parameter
     }
   }
@@ -105,14 +115,17 @@ BOOST_AUTO_TEST_CASE(parameters_names_shapes_init_and_weight_decay) {
   Config c;
   c.num_layers = 4;
   const double out_std = 0.02 / std::sqrt(4.0);  // hybrid models: 1 / sqrt(num_layers), not sqrt(2 L)
-  const std::vector<Expect> mixer = {{"mixer.in_proj.weight", {132, 16}, PLX_INIT_NORMAL, 0.02, 0, 0},
-                                     {"mixer.conv1d.weight", {96, 1, 4}, PLX_INIT_UNIFORM, -0.5, 0.5, 0},
-                                     {"mixer.conv1d.bias", {96}, PLX_INIT_UNIFORM, -0.5, 0.5, kNoDecay},
-                                     {"mixer.dt_bias", {4}, PLX_INIT_CUSTOM, 0, 0, kNoDecay},
-                                     {"mixer.A_log", {4}, PLX_INIT_CUSTOM, 0, 0, kNoDecay},
-                                     {"mixer.D", {4}, PLX_INIT_ONES, 0, 0, kNoDecay},
-                                     {"mixer.norm.weight", {32}, PLX_INIT_ONES, 0, 0, kNoDecay},
-                                     {"mixer.out_proj.weight", {16, 32}, PLX_INIT_NORMAL, out_std, 0, 0}};
+  // Under tensor parallelism in_proj's rows are the parts [z, x, B, C, dt] and the convolution's
+  // channels [x, B, C], each divided over tp; the rest by heads, out_proj by columns.
+  const std::vector<Expect> mixer = {
+      {"mixer.in_proj.weight", {132, 16}, PLX_INIT_NORMAL, 0.02, 0, 0, 0, {32, 32, 32, 32, 4}},
+      {"mixer.conv1d.weight", {96, 1, 4}, PLX_INIT_UNIFORM, -0.5, 0.5, 0, 0, {32, 32, 32}},
+      {"mixer.conv1d.bias", {96}, PLX_INIT_UNIFORM, -0.5, 0.5, kNoDecay, 0, {32, 32, 32}},
+      {"mixer.dt_bias", {4}, PLX_INIT_CUSTOM, 0, 0, kNoDecay, 0},
+      {"mixer.A_log", {4}, PLX_INIT_CUSTOM, 0, 0, kNoDecay, 0},
+      {"mixer.D", {4}, PLX_INIT_ONES, 0, 0, kNoDecay, 0},
+      {"mixer.norm.weight", {32}, PLX_INIT_ONES, 0, 0, kNoDecay, 0},
+      {"mixer.out_proj.weight", {16, 32}, PLX_INIT_NORMAL, out_std, 0, 0, 1}};
   std::vector<Expect> rms = {{"norm.weight", {16}, PLX_INIT_ONES, 0, 0, kNoDecay}};
   rms.insert(rms.end(), mixer.begin(), mixer.end());
   expect_params(c, rms);

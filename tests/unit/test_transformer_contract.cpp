@@ -295,6 +295,10 @@ BOOST_AUTO_TEST_CASE(parameters_names_shapes_init_and_flags) {
     uint32_t init;
     double std_dev;
     uint32_t flags;
+    // Tensor parallelism (ABI 1.8): the dimension split over tp (-1: whole on every rank) and
+    // the whole parts along it (empty: one).
+    int32_t tp_dim = -1;
+    std::vector<int64_t> parts = {};
   };
   const auto check = [](const std::string& component, const tt::Model& model,
                         const std::vector<Expect>& expected) {
@@ -315,7 +319,14 @@ BOOST_AUTO_TEST_CASE(parameters_names_shapes_init_and_flags) {
           BOOST_TEST(p.init == expected[i].init);
           if (p.init == PLX_INIT_NORMAL)
             BOOST_TEST(p.init_a == expected[i].std_dev, boost::test_tools::tolerance(1e-15));
-          BOOST_TEST(p.flags == expected[i].flags);
+          const uint32_t split = expected[i].tp_dim >= 0 ? uint32_t{PLX_PARAM_TENSOR_PARALLEL} : 0u;
+          BOOST_TEST(p.flags == (expected[i].flags | split));
+          if (split != 0) {
+            BOOST_TEST(p.tp_dim == expected[i].tp_dim);
+            BOOST_TEST(
+                std::vector<int64_t>(p.tp_part_sizes, p.tp_part_sizes + p.tp_num_parts) == expected[i].parts,
+                boost::test_tools::per_element());
+          }
           // Megatron's Transformer Engine spec fuses each pre-norm into the linear after it.
           const std::string name = p.name;
           const std::string te = p.te_name == nullptr ? "" : p.te_name;
@@ -331,34 +342,36 @@ BOOST_AUTO_TEST_CASE(parameters_names_shapes_init_and_flags) {
   };
   const uint32_t nd = PLX_PARAM_NO_WEIGHT_DECAY;
   check("transformer.embedding", m,
-        {{"embedding.word_embeddings.weight", {11, 12}, PLX_INIT_NORMAL, 0.02, 0}});
+        {{"embedding.word_embeddings.weight", {11, 12}, PLX_INIT_NORMAL, 0.02, 0, 0}});
   // hd = 4; (nh + 2 ng) hd = (3 + 2) * 4 = 20 qkv rows.
   check("transformer.attention", m,
         {{"input_layernorm.weight", {12}, PLX_INIT_ONES, 0, nd},
          {"input_layernorm.bias", {12}, PLX_INIT_ZEROS, 0, nd},
-         {"self_attention.linear_qkv.weight", {20, 12}, PLX_INIT_NORMAL, 0.02, 0},
-         {"self_attention.linear_proj.weight", {12, 12}, PLX_INIT_NORMAL, scaled, 0}});
+         {"self_attention.linear_qkv.weight", {20, 12}, PLX_INIT_NORMAL, 0.02, 0, 0},
+         {"self_attention.linear_proj.weight", {12, 12}, PLX_INIT_NORMAL, scaled, 0, 1}});
+  // SwiGLU's fc1 is two parts, gate and up, each split over tp.
   check("transformer.mlp", m,
         {{"pre_mlp_layernorm.weight", {12}, PLX_INIT_ONES, 0, nd},
          {"pre_mlp_layernorm.bias", {12}, PLX_INIT_ZEROS, 0, nd},
-         {"mlp.linear_fc1.weight", {20, 12}, PLX_INIT_NORMAL, 0.02, 0},
-         {"mlp.linear_fc2.weight", {12, 10}, PLX_INIT_NORMAL, scaled, 0}});
+         {"mlp.linear_fc1.weight", {20, 12}, PLX_INIT_NORMAL, 0.02, 0, 0, {10, 10}},
+         {"mlp.linear_fc2.weight", {12, 10}, PLX_INIT_NORMAL, scaled, 0, 1}});
   check("transformer.norm", m,
         {{"weight", {12}, PLX_INIT_ONES, 0, nd}, {"bias", {12}, PLX_INIT_ZEROS, 0, nd}});
-  check("transformer.lm_head", m, {{"embedding.word_embeddings.weight", {11, 12}, PLX_INIT_NORMAL, 0.02, 0}});
+  check("transformer.lm_head", m,
+        {{"embedding.word_embeddings.weight", {11, 12}, PLX_INIT_NORMAL, 0.02, 0, 0}});
 
   tt::Model r = small("RMSNorm", "gelu", 3);
   check("transformer.attention", r,
         {{"input_layernorm.weight", {12}, PLX_INIT_ONES, 0, nd},
-         {"self_attention.linear_qkv.weight", {36, 12}, PLX_INIT_NORMAL, 0.02, 0},
-         {"self_attention.linear_proj.weight", {12, 12}, PLX_INIT_NORMAL, scaled, 0}});
+         {"self_attention.linear_qkv.weight", {36, 12}, PLX_INIT_NORMAL, 0.02, 0, 0},
+         {"self_attention.linear_proj.weight", {12, 12}, PLX_INIT_NORMAL, scaled, 0, 1}});
   check("transformer.mlp", r,
         {{"pre_mlp_layernorm.weight", {12}, PLX_INIT_ONES, 0, nd},
-         {"mlp.linear_fc1.weight", {10, 12}, PLX_INIT_NORMAL, 0.02, 0},
-         {"mlp.linear_fc2.weight", {12, 10}, PLX_INIT_NORMAL, scaled, 0}});
+         {"mlp.linear_fc1.weight", {10, 12}, PLX_INIT_NORMAL, 0.02, 0, 0},
+         {"mlp.linear_fc2.weight", {12, 10}, PLX_INIT_NORMAL, scaled, 0, 1}});
   check("transformer.norm", r, {{"weight", {12}, PLX_INIT_ONES, 0, nd}});
   r.untie_embeddings_and_output_weights = true;
-  check("transformer.lm_head", r, {{"output_layer.weight", {11, 12}, PLX_INIT_NORMAL, 0.02, 0}});
+  check("transformer.lm_head", r, {{"output_layer.weight", {11, 12}, PLX_INIT_NORMAL, 0.02, 0, 0}});
 }
 
 // The output projections' depth scaling counts the layers that add to the residual stream, which
@@ -367,14 +380,15 @@ BOOST_AUTO_TEST_CASE(parameters_names_shapes_init_and_flags) {
 BOOST_AUTO_TEST_CASE(output_projections_scale_by_the_residual_layers_of_the_create_args) {
   tt::Model m = small("RMSNorm", "gelu", 1);  // L 2
   m.init_method_std = 0.05;
-  for (const auto& [component, projection] : {std::pair{"transformer.attention", "self_attention.linear_proj.weight"},
-                                              std::pair{"transformer.mlp", "mlp.linear_fc2.weight"}}) {
-    const tt::ComponentLayer given(tt::component(component), boost::json::object{}, "model.layer.options", m.json(),
-                                   2, DLDevice{kDLCPU, 0}, 9);
+  for (const auto& [component, projection] :
+       {std::pair{"transformer.attention", "self_attention.linear_proj.weight"},
+        std::pair{"transformer.mlp", "mlp.linear_fc2.weight"}}) {
+    const tt::ComponentLayer given(tt::component(component), boost::json::object{}, "model.layer.options",
+                                   m.json(), 2, DLDevice{kDLCPU, 0}, 9);
     BOOST_TEST(given->param(static_cast<uint32_t>(tt::param_index(*given, projection))).init_a == 0.05 / 3.0,
                boost::test_tools::tolerance(1e-15));
-    const tt::ComponentLayer older(tt::component(component), boost::json::object{}, "model.layer.options", m.json(),
-                                   2, DLDevice{kDLCPU, 0});
+    const tt::ComponentLayer older(tt::component(component), boost::json::object{}, "model.layer.options",
+                                   m.json(), 2, DLDevice{kDLCPU, 0});
     BOOST_TEST(older->param(static_cast<uint32_t>(tt::param_index(*older, projection))).init_a == 0.05 / 2.0,
                boost::test_tools::tolerance(1e-15));
   }
@@ -452,7 +466,8 @@ BOOST_AUTO_TEST_CASE(flop_estimates) {
   std::vector<Tensor> tokens = {Tensor({2, 16}, plx_dtype_i32())};
   const auto att = tt::Layer("transformer.attention", m)->estimate_flops(tt::descs(x));
   BOOST_TEST_REQUIRE(att.has_value());
-  const double qkv = 2 * n * 32 * (4 + 2 * 2) * 8, proj = 2 * n * 32 * 32, core = 2 * 2 * b * 4 * (s * (s + 1) / 2) * 8;  // causal pairs
+  const double qkv = 2 * n * 32 * (4 + 2 * 2) * 8, proj = 2 * n * 32 * 32,
+               core = 2 * 2 * b * 4 * (s * (s + 1) / 2) * 8;  // causal pairs
   BOOST_TEST(att->forward == qkv + proj + core, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(att->backward == 2 * att->forward, boost::test_tools::tolerance(1e-12));
   const auto mlp = tt::Layer("transformer.mlp", m)->estimate_flops(tt::descs(x));

@@ -8,6 +8,12 @@
 
 namespace plexus::distributed {
 
+uint64_t tensor_bytes(const DLTensor& t) noexcept {
+  uint64_t n = 1;
+  for (int32_t d = 0; d < t.ndim; ++d) n *= static_cast<uint64_t>(t.shape[d]);
+  return n * ((static_cast<uint64_t>(t.dtype.bits) * t.dtype.lanes + 7) / 8);
+}
+
 Request::Request(Request&& other) noexcept
     : comm_(std::exchange(other.comm_, nullptr)), handle_(std::exchange(other.handle_, nullptr)) {}
 
@@ -50,12 +56,34 @@ void Communicator::check(const char* operation, plx_status status) const {
       status);
 }
 
+const char* collective_name(Collective kind) noexcept {
+  static constexpr const char* kNames[kCollectiveKinds] = {
+      "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send", "recv"};
+  return kNames[static_cast<std::size_t>(kind)];
+}
+
+void Communicator::count(Collective kind, uint64_t bytes) const noexcept {
+  calls_[static_cast<std::size_t>(kind)].fetch_add(1, std::memory_order_relaxed);
+  bytes_[static_cast<std::size_t>(kind)].fetch_add(bytes, std::memory_order_relaxed);
+}
+
+Traffic Communicator::traffic() const noexcept {
+  Traffic t;
+  for (std::size_t k = 0; k < kCollectiveKinds; ++k) {
+    t.calls[k] = calls_[k].load(std::memory_order_relaxed);
+    t.bytes[k] = bytes_[k].load(std::memory_order_relaxed);
+  }
+  return t;
+}
+
 void Communicator::all_reduce(const DLTensor& buffer, ReduceOp op) const {
+  count(Collective::all_reduce, tensor_bytes(buffer));
   check("all_reduce", table_->all_reduce(handle_, &buffer, const_cast<DLTensor*>(&buffer),
                                          static_cast<int32_t>(op), nullptr, nullptr));
 }
 
 Request Communicator::start_all_reduce(const DLTensor& buffer, ReduceOp op, plx_stream stream) const {
+  count(Collective::all_reduce, tensor_bytes(buffer));
   void* request = nullptr;
   check("all_reduce", table_->all_reduce(handle_, &buffer, const_cast<DLTensor*>(&buffer),
                                          static_cast<int32_t>(op), stream, &request));
@@ -63,22 +91,26 @@ Request Communicator::start_all_reduce(const DLTensor& buffer, ReduceOp op, plx_
 }
 
 Request Communicator::start_send(const DLTensor& buffer, int32_t peer, int32_t tag) const {
+  count(Collective::send, tensor_bytes(buffer));
   void* request = nullptr;
   check("send", table_->send(handle_, &buffer, peer, tag, nullptr, &request));
   return Request(this, request);
 }
 
 Request Communicator::start_recv(const DLTensor& buffer, int32_t peer, int32_t tag) const {
+  count(Collective::recv, tensor_bytes(buffer));
   void* request = nullptr;
   check("recv", table_->recv(handle_, const_cast<DLTensor*>(&buffer), peer, tag, nullptr, &request));
   return Request(this, request);
 }
 
 void Communicator::all_gather(const DLTensor& send, const DLTensor& recv) const {
+  count(Collective::all_gather, tensor_bytes(recv));
   check("all_gather", table_->all_gather(handle_, &send, const_cast<DLTensor*>(&recv), nullptr, nullptr));
 }
 
 void Communicator::broadcast(const DLTensor& buffer, int32_t root) const {
+  count(Collective::broadcast, tensor_bytes(buffer));
   check("broadcast", table_->broadcast(handle_, const_cast<DLTensor*>(&buffer), root, nullptr, nullptr));
 }
 

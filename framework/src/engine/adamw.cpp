@@ -64,13 +64,14 @@ AdamW::AdamW(ParameterStore& params, OptimizerSettings settings)
 }
 
 double AdamW::step(int64_t step) {
-  std::vector<const Tensor*> grads, divided;
+  std::vector<const Tensor*> grads, divided, split;
   std::vector<std::size_t> grad_params;
   for (std::size_t i = 0; i < params_->size(); ++i)
     if (!(*params_)[i].is_buffer() && (counted_.empty() || counted_[i])) {
       const bool divide = divided_sum_ && (*params_)[i].grad_group != "dp";
-      (divide ? divided : grads).push_back(&(*params_)[i].grad);
-      if (!divide) grad_params.push_back(i);
+      const bool shard = !divide && tp_sum_ && (*params_)[i].tp.split();
+      (divide ? divided : shard ? split : grads).push_back(&(*params_)[i].grad);
+      if (!divide && !shard) grad_params.push_back(i);
     }
   double sum_sq = 0;
   if (ordered_sum_) {  // pipelined: every stage's parameters, added in the whole model's order
@@ -84,6 +85,10 @@ double AdamW::step(int64_t step) {
   if (divided_sum_) {
     const double experts = divided_sum_(divided.empty() ? 0.0 : device_ops::sum_of_squares(divided));
     sum_sq += stage_sum_ ? stage_sum_(experts) : experts;
+  }
+  if (tp_sum_) {
+    const double shards = tp_sum_(split.empty() ? 0.0 : device_ops::sum_of_squares(split));
+    sum_sq += stage_sum_ ? stage_sum_(shards) : shards;
   }
   const double norm = std::sqrt(sum_sq);
   const double lr = learning_rate(settings_, step);

@@ -95,6 +95,14 @@ Model::Model(const PluginHost& host, const boost::json::value& run_config, Model
                               "\"bf16\" needs a CUDA device (run.device = \"cuda\" or \"cuda:N\"); on " +
                                   device::name(device_) + " the model computes in float32 (\"fp32\")");
   params_.set_device(device_);
+  if (options.tensor_group != nullptr && options.tensor_group->size() > 1) {
+    tensor_group_ = options.tensor_group;
+    params_.set_tensor_parallel(static_cast<int32_t>(tensor_group_->rank()),
+                                static_cast<int32_t>(tensor_group_->size()));
+    settings_.pad_vocabulary(tensor_group_->size());
+  } else if (options.padding_tp > 1) {
+    settings_.pad_vocabulary(options.padding_tp);
+  }
   connection_ = settings_.mhc.enabled ? make_mhc_connection(host, settings_, device_, params_)
                                       : make_residual_connection(settings_.hidden_size);
   residency_ = make_whole_residency(params_);
@@ -263,12 +271,22 @@ void Model::initialize_one(std::size_t i, uint64_t seed) {
     initialize_parameter(p, seed);
     return;
   }
-  // A custom initializer belongs to the layer that declared the parameter.
+  // A custom initializer belongs to the layer that declared the parameter. It fills the whole
+  // tensor (ABI 1.8), of which a tensor-parallel rank keeps its shard.
   for (const auto& unit : units_) {
     for (std::size_t k = 0; k < unit->params.size(); ++k) {
       if (unit->params[k] != i || unit->label != p.declared_by) continue;
-      DLTensor view = p.value.view();
+      if (!p.tp.split()) {
+        DLTensor view = p.value.view();
+        unit->layer->init_param(static_cast<uint32_t>(k), view, seed ^ stable_hash(p.name));
+        continue;
+      }
+      Tensor whole(p.whole_shape, p.value.dtype(), p.value.device());
+      DLTensor view = whole.view();
       unit->layer->init_param(static_cast<uint32_t>(k), view, seed ^ stable_hash(p.name));
+      Tensor shard(p.shape, p.value.dtype());
+      copy_shard(whole.to(DLDevice{kDLCPU, 0}), p.tp, p.tp.rank, shard);
+      p.value.copy_from(shard);
     }
   }
 }

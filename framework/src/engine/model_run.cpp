@@ -436,17 +436,21 @@ double Model::evaluate(const Batch& batch) {
 
 std::vector<float> Model::next_token_logits(const Batch& batch, int64_t position) {
   const std::unique_ptr<Run> head = forward_only(batch);
-  std::vector<float> row(static_cast<std::size_t>(settings_.vocab_size));
+  const auto vocab = static_cast<std::size_t>(settings_.vocab_size);
+  std::vector<float> row(vocab);
   if (head) {
     const std::size_t unit = head->chunk->head_unit;
-    const Tensor& logits = head->outputs[unit].at(1);  // head output 1: [B, S, V]
+    const Tensor& logits = head->outputs[unit].at(1);  // head output 1: [B, S, V] (tp: its share of V)
     if (!plx_dtype_equal(logits.dtype(), plx_dtype_f32()))
       throw std::runtime_error(units_[unit]->label + ": sampling reads float32 logits (head output 1), got " +
                                dtype_name(logits.dtype()));
-    const int64_t vocab = logits.shape().back();
-    row.resize(static_cast<std::size_t>(vocab));
-    device::copy(row.data(), DLDevice{kDLCPU, 0}, logits.data<float>() + position * vocab, logits.device(),
-                 row.size() * sizeof(float));
+    const int64_t columns = logits.shape().back();
+    std::vector<float> local(static_cast<std::size_t>(columns));
+    device::copy(local.data(), DLDevice{kDLCPU, 0}, logits.data<float>() + position * columns,
+                 logits.device(), local.size() * sizeof(float));
+    std::vector<float> whole = vocabulary_row(unit, std::move(local));
+    // The padded rows (model.make_vocab_size_divisible_by) are no token: never sampled.
+    std::copy(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(vocab), row.begin());
   }
   if (link_) {  // the last stage holds the head: every stage samples the same token from its logits
     const Tensor shared = Tensor::borrowed(row.data(), {static_cast<int64_t>(row.size())}, plx_dtype_f32(),
@@ -454,6 +458,26 @@ std::vector<float> Model::next_token_logits(const Batch& batch, int64_t position
     link_->group().broadcast(shared.view(), static_cast<int32_t>(link_->size() - 1));
   }
   return row;
+}
+
+// A row of logits over the padded vocabulary from the head's columns: under tensor parallelism a
+// vocabulary-parallel head holds padded_vocab_size / tp of them, rank after rank (Megatron's
+// VocabParallelEmbedding split), gathered here; a head that is not split holds them all.
+std::vector<float> Model::vocabulary_row(std::size_t head_unit, std::vector<float> local) const {
+  const auto padded = static_cast<std::size_t>(settings_.padded_vocab_size);
+  if (local.size() == padded) return local;
+  const auto t = static_cast<std::size_t>(tensor_group_ != nullptr ? tensor_group_->size() : 1);
+  if (t == 1 || local.size() * t != padded)
+    throw std::runtime_error(units_[head_unit]->label + ": its logits have " + std::to_string(local.size()) +
+                             " columns; expected the padded vocabulary (" + std::to_string(padded) + ")" +
+                             (t > 1 ? " or its share on one of " + std::to_string(t) + " tp ranks" : ""));
+  std::vector<float> whole(padded);
+  const auto cpu = DLDevice{kDLCPU, 0};
+  const Tensor mine =
+      Tensor::borrowed(local.data(), {static_cast<int64_t>(local.size())}, plx_dtype_f32(), cpu);
+  const Tensor all = Tensor::borrowed(whole.data(), {static_cast<int64_t>(padded)}, plx_dtype_f32(), cpu);
+  tensor_group_->all_gather(mine.view(), all.view());
+  return whole;
 }
 
 const Model::Chunk& Model::whole_model_chunk(const char* what) const {

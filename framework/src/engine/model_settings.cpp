@@ -25,6 +25,9 @@ ModelSettings ModelSettings::from_run_config(const boost::json::value& run_confi
   ModelSettings s;
   const auto get = [&](const char* key) { return model.at(key).to_number<int64_t>(); };
   s.vocab_size = get("vocab_size");
+  if (model.contains("make_vocab_size_divisible_by"))
+    s.make_vocab_size_divisible_by = get("make_vocab_size_divisible_by");
+  s.padded_vocab_size = s.vocab_size;
   s.hidden_size = get("hidden_size");
   s.num_layers = get("num_layers");
   s.num_attention_heads = get("num_attention_heads");
@@ -63,7 +66,15 @@ ModelSettings ModelSettings::from_run_config(const boost::json::value& run_confi
   s.mhc = MhcSettings::from_run_config(run_config);
   s.layer_config["num_query_groups"] = s.num_query_groups;
   s.layer_config["ffn_hidden_size"] = s.ffn_hidden_size;
+  s.pad_vocabulary(1);
   return s;
+}
+
+// Megatron-LM's vocab_size_with_padding: up to a multiple of make_vocab_size_divisible_by x tp.
+void ModelSettings::pad_vocabulary(int64_t tp) {
+  const int64_t multiple = make_vocab_size_divisible_by * tp;
+  padded_vocab_size = (vocab_size + multiple - 1) / multiple * multiple;
+  layer_config["padded_vocab_size"] = padded_vocab_size;
 }
 
 MhcSettings MhcSettings::from_run_config(const boost::json::value& run_config) {

@@ -54,7 +54,12 @@ std::vector<Model::UnitSummary> Model::summary() const {
     row.logical = unit->logical;
     row.segment = unit->segment;
     row.mtp_depth = unit->mtp_depth;
-    for (std::size_t i : unit->gradient_params) row.parameters += params_[i].numel();
+    bool split = false;  // the layer runs this rank's share of its work
+    for (std::size_t i : unit->gradient_params) {
+      row.parameters += params_[i].whole_numel();
+      if (params_[i].tp.tensor_parallel()) row.tensor_parallel += params_[i].whole_numel();
+      split = split || params_[i].tp.split();
+    }
     std::vector<std::size_t> named = unit->params;  // buffers too: checkpoints hold them
     for (std::size_t i : unit->gradient_params)
       if (std::find(named.begin(), named.end(), i) == named.end()) named.push_back(i);
@@ -62,8 +67,10 @@ std::vector<Model::UnitSummary> Model::summary() const {
       row.tensor_names.push_back(params_[i].name);
       if (!params_[i].te_name.empty()) row.tensor_names.push_back(params_[i].te_name);
     }
+    // A layer split over tp estimates its share; the whole model's products are tp shares.
+    const double shares = split ? static_cast<double>(tensor_group_->size()) : 1.0;
     if (const auto flops = unit->layer->estimate_flops(inputs))
-      row.flops_per_token = (flops->forward + flops->backward) / static_cast<double>(s) +
+      row.flops_per_token = shares * (flops->forward + flops->backward) / static_cast<double>(s) +
                             (unit->role == UnitRole::decoder ? connection_->flops_per_token() : 0.0);
     rows.push_back(std::move(row));
   }

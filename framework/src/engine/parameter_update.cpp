@@ -34,6 +34,7 @@ class WholeUpdate final : public ParameterUpdate {
   WholeUpdate(Model& model, const OptimizerSettings& settings, const UpdateRanks& ranks)
       : model_(model), optimizer_(model.parameters(), settings) {
     if (ranks.sum_over_ep) optimizer_.set_divided_sum(ranks.sum_over_ep);
+    if (ranks.sum_over_tp) optimizer_.set_tensor_parallel_sum(ranks.sum_over_tp);
     if (ranks.sum_over_stages)
       optimizer_.set_stage_sum(ranks.ordered_stage_sum, ranks.sum_over_stages, ranks.counted);
   }
@@ -102,6 +103,7 @@ class ShardedUpdate final : public ParameterUpdate {
         *sharded_, model.parameters(), settings,
         [dp](double local) { return over(dp, local, distributed::ReduceOp::sum); }, sum_over_ep);
     if (ranks.sum_over_stages) optimizer_->set_stage_sum(ranks.sum_over_stages, ranks.counted);
+    if (ranks.sum_over_tp) optimizer_->set_tensor_parallel_sum(ranks.sum_over_tp);
   }
   ~ShardedUpdate() override {
     try {

@@ -1,11 +1,94 @@
 #include "plexus/core/engine/parameters.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
 #include "plexus/core/engine/random.hpp"
 
 namespace plexus {
+namespace {
+
+// The split a spec declares (ABI 1.8), checked against its shard shape and the group's size.
+TensorSplit split_of(const plx_param_spec& spec, const std::vector<int64_t>& shape, int32_t rank,
+                     int32_t size, const std::string& name, const std::string& unit) {
+  TensorSplit split;
+  split.rank = rank;
+  split.size = size;
+  if (!PLX_HAS_FIELD(&spec, plx_param_spec, tp_part_sizes) || (spec.flags & PLX_PARAM_TENSOR_PARALLEL) == 0)
+    return split;
+  const std::string what =
+      unit + ": tensor-parallel parameter " + name + " (shard " + shape_string(shape) + ")";
+  if (spec.tp_dim < 0 || static_cast<std::size_t>(spec.tp_dim) >= shape.size())
+    throw std::runtime_error(what + " is split along dimension " + std::to_string(spec.tp_dim) +
+                             ", which it does not have");
+  split.dim = spec.tp_dim;
+  const int64_t whole = shape[static_cast<std::size_t>(spec.tp_dim)] * size;
+  if (spec.tp_num_parts == 0) {
+    split.parts = {whole};
+    return split;
+  }
+  if (spec.tp_part_sizes == nullptr)
+    throw std::runtime_error(what + " has tp_num_parts but no tp_part_sizes");
+  int64_t sum = 0;
+  for (uint32_t i = 0; i < spec.tp_num_parts; ++i) {
+    const int64_t part = spec.tp_part_sizes[i];
+    if (part <= 0 || part % size != 0)
+      throw std::runtime_error(what + ": part " + std::to_string(i) + " of " + std::to_string(part) +
+                               " is not a positive multiple of the " + std::to_string(size) + " tp ranks");
+    split.parts.push_back(part);
+    sum += part;
+  }
+  if (sum != whole)
+    throw std::runtime_error(what + ": its parts sum to " + std::to_string(sum) + ", but " +
+                             std::to_string(size) + " shards make " + std::to_string(whole));
+  return split;
+}
+
+// Calls run(shard_offset, whole_offset, count) for every contiguous run of rank `rank`'s shard in
+// the whole tensor (offsets and counts in elements).
+template <class Run>
+void for_each_run(const std::vector<int64_t>& shard_shape, const TensorSplit& split, int32_t rank, Run run) {
+  const auto dim = static_cast<std::size_t>(split.dim);
+  int64_t outer = 1, inner = 1;
+  for (std::size_t d = 0; d < dim; ++d) outer *= shard_shape[d];
+  for (std::size_t d = dim + 1; d < shard_shape.size(); ++d) inner *= shard_shape[d];
+  const int64_t shard_rows = shard_shape[dim], whole_rows = shard_rows * split.size;
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t shard_row = 0, part_start = 0;
+    for (const int64_t part : split.parts) {
+      const int64_t rows = part / split.size;
+      run((o * shard_rows + shard_row) * inner, (o * whole_rows + part_start + rank * rows) * inner,
+          rows * inner);
+      shard_row += rows;
+      part_start += part;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> whole_shape(const std::vector<int64_t>& shard_shape, const TensorSplit& split) {
+  std::vector<int64_t> whole = shard_shape;
+  if (split.split()) whole[static_cast<std::size_t>(split.dim)] *= split.size;
+  return whole;
+}
+
+void copy_shard(const Tensor& whole, const TensorSplit& split, int32_t rank, Tensor& shard) {
+  const float* from = whole.data<float>();
+  float* to = shard.data<float>();
+  for_each_run(shard.shape(), split, rank, [&](int64_t at, int64_t whole_at, int64_t count) {
+    std::copy(from + whole_at, from + whole_at + count, to + at);
+  });
+}
+
+void place_shard(const Tensor& shard, const TensorSplit& split, int32_t rank, Tensor& whole) {
+  const float* from = shard.data<float>();
+  float* to = whole.data<float>();
+  for_each_run(shard.shape(), split, rank, [&](int64_t at, int64_t whole_at, int64_t count) {
+    std::copy(from + at, from + at + count, to + whole_at);
+  });
+}
 
 std::size_t ParameterStore::declare(const plx_param_spec& spec, const std::string& prefix,
                                     const std::string& unit) {
@@ -30,8 +113,9 @@ std::size_t ParameterStore::declare(const plx_param_spec& spec, const std::strin
                              dtype_name(spec.desc.dtype) + "; the engine keeps fp32 master parameters");
   const bool buffer = (spec.flags & PLX_PARAM_BUFFER) != 0;
   if (buffer && spec.grad_group != nullptr && *spec.grad_group != '\0')
-    throw std::runtime_error(unit + ": parameter " + name + " is a buffer (PLX_PARAM_BUFFER) with grad_group \"" +
-                             spec.grad_group + "\"; a buffer has no gradient and is whole on every rank");
+    throw std::runtime_error(unit + ": parameter " + name +
+                             " is a buffer (PLX_PARAM_BUFFER) with grad_group \"" + spec.grad_group +
+                             "\"; a buffer has no gradient and is whole on every rank");
   auto param = std::make_unique<Parameter>();
   param->name = name;
   if (PLX_HAS_FIELD(&spec, plx_param_spec, te_name) && spec.te_name != nullptr && *spec.te_name != '\0')
@@ -43,6 +127,8 @@ std::size_t ParameterStore::declare(const plx_param_spec& spec, const std::strin
   param->declared_by = unit;
   param->grad_group = spec.grad_group != nullptr && *spec.grad_group != '\0' ? spec.grad_group : "dp";
   param->shape = shape;
+  param->tp = split_of(spec, shape, tp_rank_, tp_size_, name, unit);
+  param->whole_shape = whole_shape(shape, param->tp);
   if (!deferred_ || buffer) param->value = Tensor(shape, spec.desc.dtype, device_);
   if (!buffer && !deferred_) param->grad = Tensor(shape, spec.desc.dtype, device_);
   params_.push_back(std::move(param));
@@ -66,25 +152,16 @@ int64_t ParameterStore::count_elements() const {
   return n;
 }
 
-void initialize_parameter(Parameter& param, uint64_t seed) {
-  // Values are drawn on the host (the same numbers on every device) and copied to the device.
-  if (param.value.device().device_type != kDLCPU) {
-    Parameter host;
-    host.name = param.name;
-    host.init = param.init;
-    host.init_a = param.init_a;
-    host.init_b = param.init_b;
-    host.value = Tensor(param.value.shape(), param.value.dtype());
-    initialize_parameter(host, seed);
-    param.value.copy_from(host.value);
-    return;
-  }
-  float* v = param.value.data<float>();
-  const auto n = static_cast<uint64_t>(param.value.numel());
+namespace {
+
+// The init spec of `param` over `value`, a host float32 tensor of the whole shape.
+void fill_initial(const Parameter& param, uint64_t seed, Tensor& value) {
+  float* v = value.data<float>();
+  const auto n = static_cast<uint64_t>(value.numel());
   const CounterRng rng(seed, stable_hash(param.name));
   switch (param.init) {
     case PLX_INIT_ZEROS:
-      param.value.zero();
+      value.zero();
       return;
     case PLX_INIT_ONES:
       for (uint64_t i = 0; i < n; ++i) v[i] = 1.0f;
@@ -100,7 +177,7 @@ void initialize_parameter(Parameter& param, uint64_t seed) {
         v[i] = static_cast<float>(param.init_a + (param.init_b - param.init_a) * rng.uniform(i));
       return;
     case PLX_INIT_XAVIER_UNIFORM: {
-      const auto& shape = param.value.shape();
+      const auto& shape = value.shape();
       if (shape.size() < 2)
         throw std::runtime_error("parameter " + param.name + ": Xavier init needs 2 or more dims");
       const double fan_out = static_cast<double>(shape[shape.size() - 2]);
@@ -114,6 +191,26 @@ void initialize_parameter(Parameter& param, uint64_t seed) {
       throw std::runtime_error("parameter " + param.name + ": unknown init kind " +
                                std::to_string(param.init));
   }
+}
+
+}  // namespace
+
+void initialize_parameter(Parameter& param, uint64_t seed) {
+  if (!param.tp.split() && param.value.device().device_type == kDLCPU) {
+    fill_initial(param, seed, param.value);
+    return;
+  }
+  // Values are drawn on the host for the whole tensor (the same numbers on every device and at
+  // every tp size), then this rank's shard is copied to the parameter's device.
+  Tensor whole(param.whole_shape, param.value.dtype());
+  fill_initial(param, seed, whole);
+  if (!param.tp.split()) {
+    param.value.copy_from(whole);
+    return;
+  }
+  Tensor shard(param.shape, param.value.dtype());
+  copy_shard(whole, param.tp, param.tp.rank, shard);
+  param.value.copy_from(shard);
 }
 
 }  // namespace plexus

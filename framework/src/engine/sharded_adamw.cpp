@@ -64,21 +64,24 @@ void ShardedAdamW::set_stage_sum(std::function<double(double)> sum_over_stages,
 double ShardedAdamW::step(int64_t step) {
   const auto& buffers = sharded_->buffers();
   std::vector<DataParallelInstance::Shard> shards;
-  double partitioned = 0, replicated = 0, experts = 0;
+  // [0]: whole on every tp rank, [1]: tp shards (summed over tp too).
+  double partitioned[2] = {0, 0}, replicated[2] = {0, 0}, experts = 0;
   for (std::size_t k = 0; k < buffers.size(); ++k) {
     const ShardedParameters::Buffer& b = buffers[k];
     shards.push_back(sharded_->strategy().shard(static_cast<uint32_t>(k)));
     if (b.layout.shard_numel == 0 || (!buffer_counted_.empty() && !buffer_counted_[k])) continue;
     const Tensor grads = elements(shards.back().grads, 0, b.layout.shard_numel);
     const double sum = device_ops::sum_of_squares({&grads});
+    const int tp = sum_over_tp_ && b.tensor_split ? 1 : 0;
     if ((b.layout.flags & PLX_DP_OPTIM_SHARDED) != 0)
-      partitioned += sum;
+      partitioned[tp] += sum;
     else if (b.group == "dp")
-      replicated += sum;
+      replicated[tp] += sum;
     else
       experts += sum;
   }
-  double sum_sq = replicated + sum_over_ep_(experts) + sum_over_dp_(partitioned);
+  double sum_sq = replicated[0] + sum_over_ep_(experts) + sum_over_dp_(partitioned[0]);
+  if (sum_over_tp_) sum_sq += sum_over_tp_(replicated[1] + sum_over_dp_(partitioned[1]));
   if (sum_over_stages_) sum_sq = sum_over_stages_(sum_sq);
   const double norm = std::sqrt(sum_sq);
   const double lr = learning_rate(settings_, step);

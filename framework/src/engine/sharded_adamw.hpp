@@ -25,6 +25,10 @@ class ShardedAdamW {
   // another stage counts (the tied embedding's copy, alone in its buffer) is left out (`counted`:
   // by parameter; empty: all).
   void set_stage_sum(std::function<double(double)> sum_over_stages, const std::vector<bool>& counted);
+  // Tensor parallelism: the buffers of tp shards add their part over the tp group as well.
+  void set_tensor_parallel_sum(std::function<double(double)> sum_over_tp) {
+    sum_over_tp_ = std::move(sum_over_tp);
+  }
   // Clips and updates every shard; returns the norm before clipping. `step` is 0-based.
   double step(int64_t step);
   double last_lr() const noexcept { return last_lr_; }
@@ -40,6 +44,7 @@ class ShardedAdamW {
   std::function<double(double)> sum_over_dp_, sum_over_ep_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
   std::function<double(double)> sum_over_stages_;
+  std::function<double(double)> sum_over_tp_;
   std::vector<bool> buffer_counted_;  // by buffer; empty: all
   double last_lr_ = 0;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <stdexcept>
+#include <tuple>
 
 #include "plexus/core/device.hpp"
 
@@ -26,7 +27,11 @@ std::byte* element(const DLTensor& t, int64_t index, std::size_t element_bytes) 
 ShardedParameters::ShardedParameters(ParameterStore& params, const std::vector<UnitSpec>& units,
                                      const Component& strategy, plx_config options,
                                      const distributed::Runtime& runtime, DLDevice device)
-    : params_(params), owner_fsdp_(params.size(), units.size()), buffer_of_(params.size(), 0), offset_of_(params.size(), 0), device_(device) {
+    : params_(params),
+      owner_fsdp_(params.size(), units.size()),
+      buffer_of_(params.size(), 0),
+      offset_of_(params.size(), 0),
+      device_(device) {
   const distributed::Communicator& dp = runtime.data_parallel();
   for (std::size_t f = 0; f < units.size(); ++f)
     for (std::size_t p : units[f].params)
@@ -36,28 +41,32 @@ ShardedParameters::ShardedParameters(ParameterStore& params, const std::vector<U
       throw std::runtime_error("parameter " + params[p].name + " (declared by " + params[p].declared_by +
                                ") is used by no unit of the data-parallel layout");
 
-  // Each FSDP unit's own parameters, one buffer per (gradient group, replicated).
+  // Each FSDP unit's own parameters, one buffer per (gradient group, replicated, tp shard): the
+  // gradient norm adds a buffer of tensor-parallel shards over tp, and the others once.
   for (std::size_t f = 0; f < units.size(); ++f) {
-    std::map<std::pair<std::string, bool>, uint32_t> buffer_of_key;
+    std::map<std::tuple<std::string, bool, bool>, uint32_t> buffer_of_key;
     for (std::size_t p : units[f].params) {
       if (owner_fsdp_[p] != f) continue;
       const Parameter& param = params[p];
       const bool replicated = (param.flags & PLX_PARAM_REPLICATED) != 0;
-      const auto key = std::make_pair(param.grad_group, replicated);
+      const auto key = std::make_tuple(param.grad_group, replicated, param.tp.split());
       auto found = buffer_of_key.find(key);
       if (found == buffer_of_key.end()) {
         Buffer b;
         b.name = units[f].name;
         if (param.grad_group != "dp") b.name += " (" + param.grad_group + ")";
         if (replicated) b.name += " (replicated)";
+        if (param.tp.split()) b.name += " (tp shards)";
+        b.tensor_split = param.tp.split();
         b.group = param.grad_group;
         b.fsdp = f;
         b.replicated = replicated;
-        const distributed::Communicator* group = param.grad_group == "dp" ? &dp : runtime.group(param.grad_group);
+        const distributed::Communicator* group =
+            param.grad_group == "dp" ? &dp : runtime.group(param.grad_group);
         if (group == nullptr)
           throw std::runtime_error("parameter " + param.name + " (declared by " + param.declared_by +
-                                   ") asks for its gradient to be averaged over the group \"" + param.grad_group +
-                                   "\", which the topology did not build");
+                                   ") asks for its gradient to be averaged over the group \"" +
+                                   param.grad_group + "\", which the topology did not build");
         b.grad_scale = static_cast<double>(group->size()) / static_cast<double>(dp.size());
         buffers_.push_back(std::move(b));
         found = buffer_of_key.emplace(key, static_cast<uint32_t>(buffers_.size() - 1)).first;
@@ -76,7 +85,8 @@ ShardedParameters::ShardedParameters(ParameterStore& params, const std::vector<U
     unit.name = units[f].name;
     for (std::size_t p : units[f].params) {
       const auto b = static_cast<uint32_t>(buffer_of_[p]);
-      if (std::find(unit.buffers.begin(), unit.buffers.end(), b) == unit.buffers.end()) unit.buffers.push_back(b);
+      if (std::find(unit.buffers.begin(), unit.buffers.end(), b) == unit.buffers.end())
+        unit.buffers.push_back(b);
     }
     fsdp_.push_back(std::move(unit));
   }
@@ -109,14 +119,17 @@ ShardedParameters::ShardedParameters(ParameterStore& params, const std::vector<U
     const plx_dp_layout& l = b.layout;
     if (l.padded_numel < b.numel || l.shard_offset < 0 || l.shard_numel < 0 ||
         l.shard_offset + l.shard_numel > l.padded_numel)
-      throw std::runtime_error(strategy.name + ": the layout of unit " + b.name + " (" + std::to_string(b.numel) +
-                               " elements) is inconsistent: shard [" + std::to_string(l.shard_offset) + ", +" +
-                               std::to_string(l.shard_numel) + ") of " + std::to_string(l.padded_numel));
+      throw std::runtime_error(strategy.name + ": the layout of unit " + b.name + " (" +
+                               std::to_string(b.numel) + " elements) is inconsistent: shard [" +
+                               std::to_string(l.shard_offset) + ", +" + std::to_string(l.shard_numel) +
+                               ") of " + std::to_string(l.padded_numel));
     values_sharded_ = values_sharded_ || (l.flags & PLX_DP_PARAMS_SHARDED) != 0;
     for (std::size_t i = 0; i < b.params.size(); ++i) {
       const int64_t begin = std::max(b.offsets[i], l.shard_offset);
-      const int64_t end = std::min(b.offsets[i] + params[b.params[i]].numel(), l.shard_offset + l.shard_numel);
-      if (begin < end) b.segments.push_back({b.params[i], begin - l.shard_offset, begin - b.offsets[i], end - begin});
+      const int64_t end =
+          std::min(b.offsets[i] + params[b.params[i]].numel(), l.shard_offset + l.shard_numel);
+      if (begin < end)
+        b.segments.push_back({b.params[i], begin - l.shard_offset, begin - b.offsets[i], end - begin});
     }
   }
 
@@ -146,14 +159,16 @@ ShardedParameters::~ShardedParameters() = default;
 void ShardedParameters::point_values(Buffer& b, const DLTensor& whole) {
   for (std::size_t i = 0; i < b.params.size(); ++i) {
     Parameter& p = params_[b.params[i]];
-    p.value = Tensor::borrowed(element(whole, b.offsets[i], sizeof(float)), p.shape, plx_dtype_f32(), whole.device);
+    p.value =
+        Tensor::borrowed(element(whole, b.offsets[i], sizeof(float)), p.shape, plx_dtype_f32(), whole.device);
   }
 }
 
 void ShardedParameters::point_grads(Buffer& b, const DLTensor& whole) {
   for (std::size_t i = 0; i < b.params.size(); ++i) {
     Parameter& p = params_[b.params[i]];
-    p.grad = Tensor::borrowed(element(whole, b.offsets[i], sizeof(float)), p.shape, plx_dtype_f32(), whole.device);
+    p.grad =
+        Tensor::borrowed(element(whole, b.offsets[i], sizeof(float)), p.shape, plx_dtype_f32(), whole.device);
   }
 }
 
@@ -187,8 +202,8 @@ void ShardedParameters::begin_backward(std::size_t unit) {
     acquire(k, PLX_DP_BACKWARD);
     const DLTensor whole = strategy_->grads(k);
     if (whole.data == nullptr || whole.ndim != 1 || whole.shape[0] < buffers_[k].numel)
-      throw std::runtime_error(strategy_name_ + ": grads of unit " + buffers_[k].name + " handed out no buffer of " +
-                               std::to_string(buffers_[k].numel) + " elements");
+      throw std::runtime_error(strategy_name_ + ": grads of unit " + buffers_[k].name +
+                               " handed out no buffer of " + std::to_string(buffers_[k].numel) + " elements");
     point_grads(buffers_[k], whole);
   }
 }
@@ -244,8 +259,8 @@ void ShardedParameters::begin_step(int64_t microbatches) {
 void ShardedParameters::finish_grads() {
   for (const Buffer& b : buffers_)
     if (b.done != b.expected)
-      throw std::runtime_error("data parallelism: unit " + b.name + " received " + std::to_string(b.done) + " of " +
-                               std::to_string(b.expected) + " gradient contributions this step");
+      throw std::runtime_error("data parallelism: unit " + b.name + " received " + std::to_string(b.done) +
+                               " of " + std::to_string(b.expected) + " gradient contributions this step");
   strategy_->finish_grads();
 }
 

@@ -20,19 +20,22 @@ int64_t get_int(const boost::json::value& root, const char* section, const char*
   return root.at(section).at(key).to_number<int64_t>();
 }
 
-// The trainer's layers are not model-parallel: every group but dp and ep must be a single rank.
-// The ep ranks are data-parallel ranks of the dense part (each trains its own share of the
-// batch); only the MoE layers' experts are divided over them.
+// Context parallelism is not built: its groups must be single ranks. (Tensor parallelism is the
+// layers' own: each refuses a tp or expert_tp group it cannot split over, by name.)
 void require_supported_parallelism(const distributed::Runtime& runtime) {
-  for (const char* kind : {"tp", "cp", "expert_tp"}) {
-    const distributed::Communicator* group = runtime.group(kind);
-    if (group != nullptr && group->size() > 1)
-      throw config::ConfigError("distributed.topology.options",
-                                "the " + std::string(kind) + " groups have " + std::to_string(group->size()) +
-                                    " ranks, but the trainer's layers are not " + kind +
-                                    "-parallel: it runs data, pipeline and expert parallelism "
-                                    "(set tp, cp and expert_tp to 1)");
-  }
+  const distributed::Communicator* cp = runtime.group("cp");
+  if (cp != nullptr && cp->size() > 1)
+    throw config::ConfigError("distributed.topology.options",
+                              "the cp groups have " + std::to_string(cp->size()) +
+                                  " ranks, but the trainer's layers are not context-parallel: it runs data, "
+                                  "tensor, pipeline and expert parallelism (set cp to 1)");
+}
+
+double over(const distributed::Communicator* group, double local) {
+  Tensor scalar({1}, plx_dtype_f64());
+  *scalar.data<double>() = local;
+  group->all_reduce(scalar.view(), distributed::ReduceOp::sum);
+  return *scalar.data<double>();
 }
 
 // The sum of a value over the ranks of an ep group of more than one rank (the experts of a layer
@@ -46,6 +49,34 @@ std::function<double(double)> sum_over_divided_experts(const distributed::Runtim
     ep->all_reduce(scalar.view(), distributed::ReduceOp::sum);
     return *scalar.data<double>();
   };
+}
+
+// Every group of more than one rank, by kind, with what it has carried so far.
+std::vector<std::pair<std::string, distributed::Traffic>> traffic_now(const distributed::Runtime* runtime) {
+  std::vector<std::pair<std::string, distributed::Traffic>> out;
+  if (runtime == nullptr) return out;
+  for (const std::string& kind : runtime->group_kinds())
+    if (const distributed::Communicator* group = runtime->group(kind); group != nullptr && group->size() > 1)
+      out.emplace_back(kind, group->traffic());
+  return out;
+}
+
+// What each group carried since `before`: its kinds of collective with calls, as JSON.
+boost::json::object traffic_since(const std::vector<std::pair<std::string, distributed::Traffic>>& before,
+                                  const distributed::Runtime* runtime) {
+  boost::json::object out;
+  const auto now = traffic_now(runtime);
+  for (std::size_t g = 0; g < now.size() && g < before.size(); ++g) {
+    boost::json::object kinds;
+    for (std::size_t k = 0; k < distributed::kCollectiveKinds; ++k) {
+      const uint64_t calls = now[g].second.calls[k] - before[g].second.calls[k];
+      if (calls == 0) continue;
+      kinds[distributed::collective_name(static_cast<distributed::Collective>(k))] = {
+          {"calls", calls}, {"bytes", now[g].second.bytes[k] - before[g].second.bytes[k]}};
+    }
+    if (!kinds.empty()) out[now[g].first] = std::move(kinds);
+  }
+  return out;
 }
 
 }  // namespace
@@ -94,6 +125,9 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   // this rank builds its chunks only.
   ModelOptions options;
   options.deferred_parameters = t.dp != nullptr;
+  if (runtime != nullptr)
+    if (const distributed::Communicator* tp = runtime->group("tp"); tp != nullptr && tp->size() > 1)
+      options.tensor_group = tp;
   if (t.pp != nullptr) {
     t.layout = pipeline_layout(plan_decoder(host, rc), PipelineSettings::from_run_config(rc), t.pp->size());
     options.placement = t.layout.placement_of(static_cast<uint32_t>(t.pp->rank()));
@@ -110,6 +144,8 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   ranks.dp = t.dp;
   ranks.dp_rank = t.dp_rank;
   ranks.sum_over_ep = sum_over_divided_experts(runtime);
+  if (const distributed::Communicator* tp = options.tensor_group; tp != nullptr)
+    ranks.sum_over_tp = [tp](double local) { return over(tp, local); };
   if (t.pp != nullptr) {
     // Each stage holds part of the model: the norm adds them, a tied copy counts on its owner, and
     // the stages holding a tied parameter sum its gradient (the embedding group).
@@ -129,6 +165,7 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   t.update = t.dp != nullptr ? make_sharded_update(host, rc, *t.model, *runtime, optimizer, ranks)
                              : make_whole_update(*t.model, optimizer, ranks);
   t.collective_forward = static_cast<bool>(ranks.sum_over_ep) || t.pp != nullptr ||
+                         options.tensor_group != nullptr ||
                          (t.model->sharded() != nullptr && t.model->sharded()->values_sharded());
   t.model->initialize(t.seed);
   // The engine's loops and the CPU layers share one OpenMP team, driven from this thread.
@@ -199,6 +236,7 @@ Trainer::Impl::StepResult Trainer::Impl::train_step(int64_t step) {
   using Phase = StepProfile::Phase;
   if (threads) threads->before_step();
   const auto begin = std::chrono::steady_clock::now();
+  const auto traffic_before = traffic_now(runtime);
   update->begin_step(microbatches);
   // The step's global batch is dp_size x microbatches microbatches; this rank takes its
   // contiguous share, so N ranks see exactly the tokens one rank with N times the microbatches
@@ -237,6 +275,7 @@ Trainer::Impl::StepResult Trainer::Impl::train_step(int64_t step) {
     model->after_step(step);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  result.comm = traffic_since(traffic_before, runtime);
   if (threads) {
     result.cpu_threads = threads->threads();
     const std::optional<std::string> change = threads->after_step(result.seconds);

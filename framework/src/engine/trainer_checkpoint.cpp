@@ -77,6 +77,37 @@ std::vector<NamedTensor> gather_named(const distributed::Communicator& group, co
   return out;
 }
 
+// The whole tensor of a tensor-parallel parameter from every tp rank's shard `local` (collective
+// over `tp`), on the host.
+Tensor gather_whole(const distributed::Communicator& tp, const TensorSplit& split, const Tensor& local) {
+  const Tensor host = local.device().device_type == kDLCPU ? Tensor() : local.to(DLDevice{kDLCPU, 0});
+  const Tensor& mine = host.empty() ? local : host;
+  Tensor shards({tp.size() * mine.numel()}, mine.dtype());
+  tp.all_gather(mine.view(), shards.view());
+  Tensor whole(whole_shape(mine.shape(), split), mine.dtype());
+  for (int32_t r = 0; r < tp.size(); ++r) {
+    const Tensor shard =
+        Tensor::borrowed(static_cast<std::byte*>(shards.raw()) + r * static_cast<int64_t>(mine.bytes()),
+                         mine.shape(), mine.dtype(), DLDevice{kDLCPU, 0});
+    place_shard(shard, split, r, whole);
+  }
+  return whole;
+}
+
+void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file, const checkpoint::StoredTensor& stored);
+
+// A tensor-parallel rank reads the whole tensor and keeps its shard: a checkpoint of any tp loads
+// at any other.
+void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file, const checkpoint::StoredTensor& stored,
+               const TensorSplit& split) {
+  if (!split.split()) return copy_into(into, file, stored);
+  Tensor whole(whole_shape(into.shape(), split), into.dtype());
+  copy_into(whole, file, stored);
+  Tensor shard(into.shape(), into.dtype());
+  copy_shard(whole, split, split.rank, shard);
+  into.copy_from(shard);
+}
+
 void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file,
                const checkpoint::StoredTensor& stored) {
   const auto view = file.tensor(stored.name);  // shapes were checked first
@@ -177,8 +208,9 @@ namespace {
 // ranks one after another).
 class SaveWalk {
  public:
-  SaveWalk(ParameterUpdate& update, const ParameterStore& params, const distributed::Communicator* ep)
-      : update_(update), params_(params), ep_(ep) {}
+  SaveWalk(ParameterUpdate& update, const ParameterStore& params, const distributed::Communicator* ep,
+           const distributed::Communicator* tp)
+      : update_(update), params_(params), ep_(ep), tp_(tp) {}
   ~SaveWalk() {
     try {
       update_.end_save();
@@ -189,8 +221,18 @@ class SaveWalk {
   SaveWalk(const SaveWalk&) = delete;
   SaveWalk& operator=(const SaveWalk&) = delete;
 
-  const Tensor& value(std::size_t p) { return update_.saved_value(p); }
-  Tensor moment(std::size_t p, int which) { return update_.saved_moment(p, which); }
+  // Whole: a tensor-parallel shard is gathered over tp (collective: every tp rank walks alike).
+  const Tensor& value(std::size_t p) {
+    const Tensor& local = update_.saved_value(p);
+    if (!params_[p].tp.split()) return local;
+    whole_ = gather_whole(*tp_, params_[p].tp, local);
+    return whole_;
+  }
+  Tensor moment(std::size_t p, int which) {
+    Tensor local = update_.saved_moment(p, which);
+    if (!params_[p].tp.split()) return local;
+    return gather_whole(*tp_, params_[p].tp, local);
+  }
   const NamedTensor& expert_value(std::size_t p, std::size_t rank) {
     if (!cached(p, kValue)) gathered_ = gather_named(*ep_, params_[p].name, value(p));
     return gathered_.at(rank);
@@ -216,6 +258,8 @@ class SaveWalk {
   ParameterUpdate& update_;
   const ParameterStore& params_;
   const distributed::Communicator* ep_;
+  const distributed::Communicator* tp_;
+  Tensor whole_;  // value()'s gathered tensor
   std::vector<NamedTensor> gathered_;
   std::size_t gathered_param_ = static_cast<std::size_t>(-1);
   int gathered_which_ = kValue;
@@ -243,12 +287,13 @@ std::filesystem::path Trainer::Impl::save_checkpoint(int64_t steps_done) {
   const distributed::Communicator* ep = runtime != nullptr ? runtime->group("ep") : nullptr;
   const bool experts_divided = ep != nullptr && ep->size() > 1;
   const std::vector<uint32_t> chunk_of = model->parameter_chunks();
-  SaveWalk walk(*update, params, ep);
+  SaveWalk walk(*update, params, ep, model->tensor_group());
   ChunkedEntries model_entries, optimizer_entries;
   // One tensor of parameter p: its stored form, and the fill that produces its bytes.
   const auto add = [&](ChunkedEntries& entries, std::size_t p, const checkpoint::TensorNames& names,
                        std::function<void(const checkpoint::StoredTensor&, std::span<std::byte>)> fill) {
-    const checkpoint::StoredTensor form = checkpoint::stored_form(names, params[p].shape, checkpoint_names);
+    const checkpoint::StoredTensor form =
+        checkpoint::stored_form(names, params[p].whole_shape, checkpoint_names);
     checkpoint::TensorData t;
     t.name = form.name;
     t.dtype = checkpoint::DType::f32;
@@ -418,10 +463,11 @@ void Trainer::Impl::load_tensors(const std::filesystem::path& dir,
   std::vector<std::size_t> moment_of(params.size(), 0);  // where parameter p's two moments start in `moments`
   for (std::size_t p = 0; p < params.size(); ++p) {
     const checkpoint::TensorNames names = names_of(params[p], model->plan());
-    parameters.push_back({names, params[p].shape});
+    parameters.push_back({names, params[p].whole_shape});
     moment_of[p] = moments.size();
     if (params[p].is_buffer()) continue;  // checkpointed as a value only
-    for (const char* suffix : kMomentSuffix) moments.push_back({names.with_suffix(suffix), params[p].shape});
+    for (const char* suffix : kMomentSuffix)
+      moments.push_back({names.with_suffix(suffix), params[p].whole_shape});
   }
   // Under expert parallelism the file holds every expert; this rank loads its own and expects the
   // others' (named by the ranks of its ep group) to be there too.
@@ -447,9 +493,10 @@ void Trainer::Impl::load_tensors(const std::filesystem::path& dir,
   const auto stored_moments =
       locate_all(loaded.optimizer, moments, checkpoint_names, earlier_moments, other_moments, stage);
   model->write_parameters(
-      [&](std::size_t p) { copy_into(params[p].value, loaded.model, stored_parameters[p]); });
+      [&](std::size_t p) { copy_into(params[p].value, loaded.model, stored_parameters[p], params[p].tp); });
   update->load_moments([&](std::size_t p, int which, Tensor& whole) {
-    copy_into(whole, loaded.optimizer, stored_moments[moment_of[p] + static_cast<std::size_t>(which)]);
+    copy_into(whole, loaded.optimizer, stored_moments[moment_of[p] + static_cast<std::size_t>(which)],
+              params[p].tp);
   });
   report_earlier_layout(dir, earlier_parameters, earlier_moments);
 }

@@ -85,6 +85,9 @@ struct Trainer::Impl {
     std::vector<double> mtp_losses;  // per multi-token-prediction depth, as the loss
     int cpu_threads = 0;             // the OpenMP threads it ran with, when they adapt
     double cpu_waited_cores = 0;     // and how long they waited for a core, in cores
+    // This rank's calls and payload bytes per group of more than one rank and per kind of
+    // collective during the step: {"tp": {"all_reduce": {"calls": 4, "bytes": 65536}}, ...}.
+    boost::json::object comm;
   };
   StepResult train_step(int64_t step);
   // trainer_report.cpp: metrics, progress, evaluation and samples.

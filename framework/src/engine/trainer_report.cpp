@@ -57,7 +57,7 @@ void Trainer::Impl::report_start(const TrainerEvents& events) {
   const ParameterStore& store = model->parameters();
   int64_t owned = 0;
   for (std::size_t p = 0; p < store.size(); ++p)
-    if (pp == nullptr || stages.owned[p]) owned += store[p].numel();
+    if (pp == nullptr || stages.owned[p]) owned += store[p].whole_numel();
   const auto params = static_cast<int64_t>(over_pipeline(static_cast<double>(owned)));
   flops_per_token = model->flops_per_token();
   if (pp != nullptr) {  // every stage must know whether every stage could tell
@@ -109,6 +109,7 @@ void Trainer::Impl::report_step(int64_t step, const StepResult& trained, detail:
     record["cpu_waited_cores"] = trained.cpu_waited_cores;
   }
   // Megatron's "mtp_1 loss", ...: each depth's loss, unweighted; not in "loss".
+  if (!trained.comm.empty()) record["comm"] = trained.comm;
   if (!trained.mtp_losses.empty())
     record["mtp_losses"] = boost::json::array(trained.mtp_losses.begin(), trained.mtp_losses.end());
   plugin_metrics->take_step(record);

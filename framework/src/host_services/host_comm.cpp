@@ -15,6 +15,7 @@
 namespace plexus::detail {
 namespace {
 
+using distributed::Collective;
 using distributed::Communicator;
 
 std::atomic<distributed::Runtime*> g_runtime{nullptr};
@@ -35,12 +36,15 @@ plx_status no_group() {
   return fail(PLX_ERR_UNSUPPORTED, kNoRuntime);
 }
 
-// Runs a backend call, turning its request into a host request when one is asked for.
+// Runs a backend call, counting it (Communicator::traffic) and turning its request into a host
+// request when one is asked for.
 template <class Call>
-plx_status routed(plx_group group, plx_request* out_request, Call&& call) {
+plx_status routed(plx_group group, plx_request* out_request, distributed::Collective kind, uint64_t bytes,
+                  Call&& call) {
   if (group == nullptr)
     return g_runtime.load() == nullptr ? no_group() : fail(PLX_ERR_INVALID_ARGUMENT, "group is NULL");
   const Communicator* comm = comm_of(group);
+  comm->count(kind, bytes);
   void* handle = nullptr;
   const plx_status status = call(comm->table(), comm->handle(), out_request != nullptr ? &handle : nullptr);
   if (status != PLX_OK || out_request == nullptr) return status;
@@ -51,6 +55,18 @@ plx_status routed(plx_group group, plx_request* out_request, Call&& call) {
     return fail(PLX_ERR_OUT_OF_MEMORY, "out of memory for a communication request");
   }
   return PLX_OK;
+}
+
+uint64_t bytes_of(const DLTensor* t) {
+  return t != nullptr ? distributed::tensor_bytes(*t) : 0;
+}
+
+// The elements an all-to-all sends, in bytes (its counts have one entry per rank of the group).
+uint64_t sent_bytes(plx_group g, const DLTensor* send, const int64_t* counts) {
+  if (g == nullptr || send == nullptr || counts == nullptr) return 0;
+  uint64_t elements = 0;
+  for (int32_t r = 0; r < comm_of(g)->size(); ++r) elements += static_cast<uint64_t>(counts[r]);
+  return elements * ((static_cast<uint64_t>(send->dtype.bits) * send->dtype.lanes + 7) / 8);
 }
 
 plx_status group_get(void*, const char* name, plx_group* out) {
@@ -102,39 +118,42 @@ plx_status group_rank(void*, plx_group group, int32_t* rank, int32_t* size) {
 
 plx_status all_reduce(void*, plx_group g, const DLTensor* send, DLTensor* recv, int32_t op, plx_stream s,
                       plx_request* r) {
-  return routed(
-      g, r, [&](const plx_comm_v1& t, void* c, void** q) { return t.all_reduce(c, send, recv, op, s, q); });
+  return routed(g, r, Collective::all_reduce, bytes_of(recv), [&](const plx_comm_v1& t, void* c, void** q) {
+    return t.all_reduce(c, send, recv, op, s, q);
+  });
 }
 plx_status all_gather(void*, plx_group g, const DLTensor* send, DLTensor* recv, plx_stream s,
                       plx_request* r) {
-  return routed(g, r,
+  return routed(g, r, Collective::all_gather, bytes_of(recv),
                 [&](const plx_comm_v1& t, void* c, void** q) { return t.all_gather(c, send, recv, s, q); });
 }
 plx_status reduce_scatter(void*, plx_group g, const DLTensor* send, DLTensor* recv, int32_t op, plx_stream s,
                           plx_request* r) {
-  return routed(g, r, [&](const plx_comm_v1& t, void* c, void** q) {
-    return t.reduce_scatter(c, send, recv, op, s, q);
-  });
+  return routed(
+      g, r, Collective::reduce_scatter, bytes_of(send),
+      [&](const plx_comm_v1& t, void* c, void** q) { return t.reduce_scatter(c, send, recv, op, s, q); });
 }
 plx_status all_to_all_v(void*, plx_group g, const DLTensor* send, const int64_t* send_counts,
                         const int64_t* send_offsets, DLTensor* recv, const int64_t* recv_counts,
                         const int64_t* recv_offsets, plx_stream s, plx_request* r) {
-  return routed(g, r, [&](const plx_comm_v1& t, void* c, void** q) {
-    return t.all_to_all_v(c, send, send_counts, send_offsets, recv, recv_counts, recv_offsets, s, q);
-  });
+  return routed(g, r, Collective::all_to_all, sent_bytes(g, send, send_counts),
+                [&](const plx_comm_v1& t, void* c, void** q) {
+                  return t.all_to_all_v(c, send, send_counts, send_offsets, recv, recv_counts, recv_offsets,
+                                        s, q);
+                });
 }
 plx_status broadcast(void*, plx_group g, DLTensor* buffer, int32_t root, plx_stream s, plx_request* r) {
-  return routed(g, r,
+  return routed(g, r, Collective::broadcast, bytes_of(buffer),
                 [&](const plx_comm_v1& t, void* c, void** q) { return t.broadcast(c, buffer, root, s, q); });
 }
 plx_status send(void*, plx_group g, const DLTensor* buffer, int32_t peer, int32_t tag, plx_stream s,
                 plx_request* r) {
-  return routed(g, r,
+  return routed(g, r, Collective::send, bytes_of(buffer),
                 [&](const plx_comm_v1& t, void* c, void** q) { return t.send(c, buffer, peer, tag, s, q); });
 }
 plx_status recv(void*, plx_group g, DLTensor* buffer, int32_t peer, int32_t tag, plx_stream s,
                 plx_request* r) {
-  return routed(g, r,
+  return routed(g, r, Collective::recv, bytes_of(buffer),
                 [&](const plx_comm_v1& t, void* c, void** q) { return t.recv(c, buffer, peer, tag, s, q); });
 }
 plx_status barrier(void*, plx_group g) {

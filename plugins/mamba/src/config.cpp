@@ -190,7 +190,26 @@ MixerConfig MixerConfig::read(const plexus::sdk::Host& host, plx_config options,
 
   check_blas_size(c.in_proj_rows(), "the in_proj rows 2 d_inner + 2 G N + H");
   check_blas_size(c.d_inner, "d_inner");
+  c.whole_d_inner = c.d_inner;
+  c.whole_heads = c.heads;
+  c.whole_groups = c.groups;
   return c;
+}
+
+void MixerConfig::split_over(int64_t tp_ranks) {
+  const auto require = [&](int64_t value, const char* what) {
+    if (value % tp_ranks != 0)
+      bad_option(what, std::string("(") + std::to_string(value) + ") is not divisible by the " +
+                           std::to_string(tp_ranks) +
+                           " ranks of the tp group (distributed.topology.options.tp): each rank holds whole "
+                           "groups of heads");
+  };
+  require(whole_heads, kHeadsKey);
+  require(whole_groups, "mamba_num_groups");
+  tp = tp_ranks;
+  heads = whole_heads / tp_ranks;
+  groups = whole_groups / tp_ranks;
+  d_inner = whole_d_inner / tp_ranks;
 }
 
 const char* options_schema() {

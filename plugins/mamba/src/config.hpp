@@ -35,6 +35,11 @@ struct MixerConfig {
   double dt_min = 0.001, dt_max = 0.1, dt_init_floor = 1e-4;
   std::optional<double> conv_init;
 
+  // Tensor parallelism: the ranks of the "tp" group d_inner, heads and groups above are divided
+  // over (each rank's share; 1: the whole mixer), and the whole mixer's sizes.
+  int64_t tp = 1;
+  int64_t whole_d_inner = 0, whole_heads = 0, whole_groups = 0;
+
   // The in_proj output, rows ordered [z, x, B, C, dt].
   int64_t in_proj_rows() const { return 2 * d_inner + 2 * groups * state_dim + heads; }
   // The channels of the causal convolution: x, B and C.
@@ -49,6 +54,9 @@ struct MixerConfig {
   // what was expected. Absent options take their defaults (the engine fills them from the schema;
   // a host that does not validate gets the same values).
   static MixerConfig read(const plexus::sdk::Host& host, plx_config options, plx_config model);
+  // Divides heads, groups and d_inner over `tp` ranks (Megatron: heads % tp, groups % tp), each
+  // rank holding whole groups of whole heads; throws naming the option that tp does not divide.
+  void split_over(int64_t tp_ranks);
 };
 
 // The options' schema (JSON text, the subset docs/config.md describes), built from the same

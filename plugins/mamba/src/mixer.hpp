@@ -7,6 +7,7 @@
 
 #include "checks.hpp"
 #include "config.hpp"
+#include "plexus/cpp/group.hpp"
 #include "plexus/cpp/layer.hpp"
 #include "workspace.hpp"
 
@@ -67,9 +68,11 @@ void mixer_forward(const MixerConfig& config, const MixerWeights<T>& w, int64_t 
                    const T* h, T* out, MixerState* keep);
 
 // From the gradient of the output, dout: dh (written; may be null) and the parameter gradients.
+// Under tensor parallelism (config.tp > 1) the pre-norm output's gradient is this rank's heads'
+// part: it is summed over `tp` while in_proj's weight gradient is computed.
 template <class T>
 void mixer_backward(const MixerConfig& config, const MixerWeights<T>& w, const MixerGrads<T>& grads,
-                    const MixerState& saved, const T* dout, T* dh);
+                    const MixerState& saved, const T* dout, T* dh, const plexus::sdk::Group& tp);
 
 // Matrix-product FLOPs (2 per multiply-add) of one forward and one backward as run.
 struct MixerFlops {

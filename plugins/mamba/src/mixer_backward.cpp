@@ -18,14 +18,14 @@ using k::Trans;
 
 template <class T>
 void mixer_backward(const MixerConfig& c, const MixerWeights<T>& w, const MixerGrads<T>& g,
-                    const MixerState& st, const T* dout, T* dh) {
+                    const MixerState& st, const T* dout, T* dh, const plexus::sdk::Group& tp) {
   const int64_t batch = st.batch, seq = st.seq, rows = batch * seq;
   const int64_t dm = c.d_model, R = c.in_proj_rows(), cd = c.conv_dim(), di = c.d_inner, H = c.heads;
   const auto n = [](int64_t v) { return static_cast<std::size_t>(v); };
   const T* zx = st.zxbcdt.data<T>();
   const T* y = st.y.data<T>();
   const T* gate_rstd = st.gate_rstd.data<T>();
-  Pooled xbc_buf, dt_buf, o_buf, dy_buf, dzx_buf, dxbc_buf, ddt_buf, u_buf;
+  Pooled xbc_buf, dt_buf, o_buf, dy_buf, dzx_buf, dxbc_buf, ddt_buf, u_buf, du_buf;
 
   // Recomputed: the convolution's output (its backward recomputes the rest), dt and A.
   T* xbc = xbc_buf.get<T>(n(rows * cd));
@@ -67,15 +67,24 @@ void mixer_backward(const MixerConfig& c, const MixerWeights<T>& w, const MixerG
   conv_silu_backward<T>(conv_shape(c, batch, seq), zx + c.xbc_offset(), R, w.conv_weight, w.conv_bias, dxbc,
                         dzx + c.xbc_offset(), R, g.conv_weight, g.conv_bias);
 
-  // in_proj: dW_in += dzx^T u (u recomputed from the norm's xhat), du = dzx W_in; the pre-norm.
-  T* u = u_buf.get<T>(n(rows * dm));
+  // in_proj: du = dzx W_in, summed over tp (each rank's rows are its heads'), while dW_in +=
+  // dzx^T u (u recomputed from the norm's xhat) is computed; then the pre-norm.
+  const bool norm_backward = dh != nullptr || g.norm_weight != nullptr || g.norm_bias != nullptr;
+  T* du = norm_backward ? du_buf.get<T>(n(rows * dm)) : nullptr;
+  plx_request du_summed = nullptr;
+  if (norm_backward) {
+    k::gemm_parallel<T>(Trans::N, Trans::N, rows, dm, R, T(1), dzx, R, w.in_proj, dm, T(0), du, dm);
+    int64_t shape[2] = {rows, dm};
+    DLTensor view{du, DLDevice{kDLCPU, 0}, 2, dtype_of(precision_v<T>), shape, nullptr, 0};
+    du_summed = tp.start_all_reduce(view);
+  }
   if (g.in_proj != nullptr) {
+    T* u = u_buf.get<T>(n(rows * dm));
     k::norm_apply<T>(rows, dm, st.xhat.data<T>(), w.norm_weight, c.rms_prenorm ? nullptr : w.norm_bias, u);
     k::gemm_parallel<T>(Trans::T, Trans::N, R, dm, rows, T(1), dzx, R, u, dm, T(1), g.in_proj, dm);
   }
-  if (dh == nullptr && g.norm_weight == nullptr && g.norm_bias == nullptr) return;
-  T* du = u;
-  k::gemm_parallel<T>(Trans::N, Trans::N, rows, dm, R, T(1), dzx, R, w.in_proj, dm, T(0), du, dm);
+  tp.finish(du_summed);
+  if (!norm_backward) return;
   if (c.rms_prenorm)
     k::rmsnorm_backward<T>(rows, dm, du, st.xhat.data<T>(), st.rstd.data<T>(), w.norm_weight, dh,
                            g.norm_weight);
@@ -85,8 +94,9 @@ void mixer_backward(const MixerConfig& c, const MixerWeights<T>& w, const MixerG
 }
 
 template void mixer_backward<float>(const MixerConfig&, const MixerWeights<float>&, const MixerGrads<float>&,
-                                    const MixerState&, const float*, float*);
+                                    const MixerState&, const float*, float*, const plexus::sdk::Group&);
 template void mixer_backward<double>(const MixerConfig&, const MixerWeights<double>&,
-                                     const MixerGrads<double>&, const MixerState&, const double*, double*);
+                                     const MixerGrads<double>&, const MixerState&, const double*, double*,
+                                     const plexus::sdk::Group&);
 
 }  // namespace plexus::mamba

@@ -10,6 +10,7 @@
 #include "device_impl.hpp"
 #include "mixer.hpp"
 #include "params.hpp"
+#include "plexus/cpp/group.hpp"
 #include "plexus/cpp/host.hpp"
 #include "plexus/cpp/layer.hpp"
 #include "plexus/cpp/tensor.hpp"
@@ -37,9 +38,17 @@ void expect_supported_device(DLDevice device) {
 
 // The device first (a device the build cannot use is refused before the options are looked at),
 // then the options.
-MixerConfig read_config(const plx_layer_create_args& args) {
+MixerConfig read_config(const plx_layer_create_args& args, const plexus::sdk::Group& tp) {
   expect_supported_device(args.device);
-  return MixerConfig::read(plexus::sdk::Host::current(), args.config, args.model_config);
+  if (tp.size() > 1 && args.device.device_type == kDLCUDA)
+    throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) + " on " +
+                                         plexus::sdk::device_text(args.device) +
+                                         ": tensor parallelism (a tp group of " + std::to_string(tp.size()) +
+                                         " ranks) runs on the CPU only; the CUDA mixer is whole "
+                                         "(set distributed.topology.options.tp to 1)");
+  MixerConfig c = MixerConfig::read(plexus::sdk::Host::current(), args.config, args.model_config);
+  if (tp.size() > 1) c.split_over(tp.size());
+  return c;
 }
 
 // The layers that add to the residual stream, which scale out_proj's initialization: the create
@@ -47,8 +56,9 @@ MixerConfig read_config(const plx_layer_create_args& args) {
 // a Mamba layer belongs to counts every physical layer (Megatron's hybrid rule).
 uint32_t checked_layers(const plx_layer_create_args& args) {
   const uint32_t num_layers =
-      PLX_HAS_FIELD(&args, plx_layer_create_args, residual_layers) && args.residual_layers > 0 ? args.residual_layers
-                                                                                              : args.num_layers;
+      PLX_HAS_FIELD(&args, plx_layer_create_args, residual_layers) && args.residual_layers > 0
+          ? args.residual_layers
+          : args.num_layers;
   if (num_layers < 1)
     throw Error(PLX_ERR_INVALID_ARGUMENT,
                 std::string(kComponent) +
@@ -60,7 +70,8 @@ uint32_t checked_layers(const plx_layer_create_args& args) {
 class Mixer final : public plexus::sdk::Layer {
  public:
   explicit Mixer(const plx_layer_create_args& args)
-      : config_(read_config(args)),
+      : tp_(plexus::sdk::Group::find(plexus::sdk::Host::current(), "tp")),
+        config_(read_config(args, tp_)),
         params_(declare_params(config_, checked_layers(args))),
         device_(args.device),
         device_impl_(device_.device_type == kDLCUDA ? make_cuda_mixer(config_, device_) : nullptr) {}
@@ -245,6 +256,7 @@ class Mixer final : public plexus::sdk::Layer {
     }
     mixer_forward<T>(config_, weights<T>(args.params), batch, seq, data<T>(args.inputs[0]),
                      data<T>(args.outputs[0]), train ? &static_cast<MixerState&>(st) : nullptr);
+    tp_.all_reduce(args.outputs[0]);  // out_proj is row-parallel: the ranks' partial sums
   }
 
   template <class T>
@@ -279,9 +291,10 @@ class Mixer final : public plexus::sdk::Layer {
       }
     }
     mixer_backward<T>(config_, weights<T>(args.params), gradients<T>(args.param_grads),
-                      static_cast<const MixerState&>(st), data<T>(args.grad_outputs[0]), dh);
+                      static_cast<const MixerState&>(st), data<T>(args.grad_outputs[0]), dh, tp_);
   }
 
+  plexus::sdk::Group tp_;  // the host's "tp" group (one rank without tensor parallelism)
   MixerConfig config_;
   ParamList params_;
   DLDevice device_;

@@ -51,6 +51,17 @@ double dt_bias_init(const MixerConfig& c, double u) {
 
 }  // namespace
 
+// Marks the last spec as this rank's shard along `dim`, of the whole parts `parts` (empty: one).
+static void split(ParamList& list, int32_t dim, std::vector<int64_t> parts) {
+  plx_param_spec& p = list.specs.back();
+  p.flags |= PLX_PARAM_TENSOR_PARALLEL;
+  p.tp_dim = dim;
+  if (parts.empty()) return;
+  const std::vector<int64_t>& kept = list.parts->emplace_back(std::move(parts));
+  p.tp_num_parts = static_cast<uint32_t>(kept.size());
+  p.tp_part_sizes = kept.data();
+}
+
 ParamList declare_params(const MixerConfig& c, uint32_t num_layers) {
   constexpr uint32_t no_decay = PLX_PARAM_NO_WEIGHT_DECAY;
   const int64_t conv_dim = c.conv_dim(), w = c.conv_width;
@@ -59,7 +70,13 @@ ParamList declare_params(const MixerConfig& c, uint32_t num_layers) {
   const double conv_bound = 1.0 / std::sqrt(static_cast<double>(w));
   const double weight_bound = c.conv_init.value_or(conv_bound);
   ParamList out;
+  out.parts->reserve(3);  // in_proj's and the convolution's two: the specs point into them
   ParamIndex& ix = out.index;
+  // Tensor parallelism (Megatron's mamba_mixer): each rank holds its heads' share of every
+  // component, so in_proj's rows are five parts [z, x, B, C, dt] and the convolution's three
+  // [x, B, C]; dt_bias, A_log, D and the gated norm are split by heads, out_proj by columns. The
+  // pre-norm is whole on every rank.
+  const int64_t gn = c.whole_groups * c.state_dim;
   auto& s = out.specs;
   const auto next = [&] { return static_cast<uint32_t>(s.size()); };
 
@@ -75,24 +92,32 @@ ParamList declare_params(const MixerConfig& c, uint32_t num_layers) {
   }
   ix.in_proj = next();
   s.push_back(spec("mixer.in_proj.weight", {c.in_proj_rows(), c.d_model}, PLX_INIT_NORMAL, c.init_std, 0, 0));
+  split(out, 0, {c.whole_d_inner, c.whole_d_inner, gn, gn, c.whole_heads});
   ix.conv_weight = next();
   s.push_back(
       spec("mixer.conv1d.weight", {conv_dim, 1, w}, PLX_INIT_UNIFORM, -weight_bound, weight_bound, 0));
+  split(out, 0, {c.whole_d_inner, gn, gn});
   ix.conv_bias = next();
   s.push_back(spec("mixer.conv1d.bias", {conv_dim}, PLX_INIT_UNIFORM, -conv_bound, conv_bound, no_decay));
+  split(out, 0, {c.whole_d_inner, gn, gn});
   ix.dt_bias = next();
   s.push_back(spec("mixer.dt_bias", {c.heads}, PLX_INIT_CUSTOM, 0, 0, no_decay));
+  split(out, 0, {});
   ix.a_log = next();
   s.push_back(spec("mixer.A_log", {c.heads}, PLX_INIT_CUSTOM, 0, 0, no_decay));
+  split(out, 0, {});
   ix.d = next();
   s.push_back(spec("mixer.D", {c.heads}, PLX_INIT_ONES, 0, 0, no_decay));
+  split(out, 0, {});
   ix.gated_norm_weight = next();
   s.push_back(spec("mixer.norm.weight", {c.d_inner}, PLX_INIT_ONES, 0, 0, no_decay));
+  split(out, 0, {});
   // Megatron's output_layer_init_method for hybrid models: N(0, std / sqrt(num_layers)), the
   // number of layers counting every layer of the stack (GPT's sublayers use sqrt(2 num_layers)).
   ix.out_proj = next();
   s.push_back(spec("mixer.out_proj.weight", {c.d_model, c.d_inner}, PLX_INIT_NORMAL,
                    c.init_std / std::sqrt(static_cast<double>(num_layers)), 0, 0));
+  split(out, 1, {});
   return out;
 }
 
@@ -110,7 +135,8 @@ void init_custom_param(const MixerConfig& c, const ParamList& params, uint32_t i
   const plx_param_spec& p = params.specs[index];
   const std::string what = std::string("parameter ") + p.name;
   const Precision precision = precision_of(value.dtype, what);
-  expect_tensor(value, DLDevice{kDLCPU, 0}, dtype_of(precision), p.desc.dims, p.desc.ndim, what);
+  const int64_t whole[1] = {c.whole_heads};  // the host fills the whole tensor (ABI 1.8)
+  expect_tensor(value, DLDevice{kDLCPU, 0}, dtype_of(precision), whole, 1, what);
   const auto n = static_cast<uint64_t>(plx_numel(&value));
   for (uint64_t i = 0; i < n; ++i) {
     const double u = uniform(seed, i);

@@ -34,6 +34,7 @@
 #include "expert_load.hpp"
 #include "experts.hpp"
 #include "permutation.hpp"
+#include "plexus/cpp/group.hpp"
 #include "plexus/cpp/host.hpp"
 #include "plexus/cpp/layer.hpp"
 #include "plexus/cpp/tensor.hpp"
@@ -52,9 +53,13 @@ namespace k = plexus::kernels;
 enum Step : uint32_t { kRoute, kDispatch, kExperts, kCombine, kUnpermute };
 constexpr const char* kStepNames[] = {"route", "dispatch", "experts", "combine", "unpermute"};
 
-std::size_t sz(int64_t v) { return static_cast<std::size_t>(v); }
+std::size_t sz(int64_t v) {
+  return static_cast<std::size_t>(v);
+}
 // Room for n elements, never a null pointer (an empty side of an all-to-all still passes one).
-std::size_t at_least_one(int64_t n) { return n > 0 ? sz(n) : 1; }
+std::size_t at_least_one(int64_t n) {
+  return n > 0 ? sz(n) : 1;
+}
 
 class MoeState : public plexus::sdk::LayerState {
  public:
@@ -68,8 +73,8 @@ class MoeState : public plexus::sdk::LayerState {
     api->request_wait(api->ctx, pending);
   }
 
-  uint32_t next_forward = 0;   // the forward stage expected next
-  bool saved = false;          // a complete training forward is held
+  uint32_t next_forward = 0;  // the forward stage expected next
+  bool saved = false;         // a complete training forward is held
   uint32_t next_backward;
   Precision precision = Precision::f32;
   int64_t batch = 0, seq = 0;
@@ -77,8 +82,8 @@ class MoeState : public plexus::sdk::LayerState {
   RouterSaved router;
   std::vector<uint8_t> kept;  // [T, k] under a capacity: 0 for a dropped pair
   Permutation perm;
-  ExpertsSaved shared;                 // the shared experts' activations
-  k::Buffer shared_y, du_shared;       // their output [T, C]; their input gradient
+  ExpertsSaved shared;            // the shared experts' activations
+  k::Buffer shared_y, du_shared;  // their output [T, C]; their input gradient
   k::Buffer x_perm, y_perm;
   ExpertsSaved experts;
   k::Buffer dy_perm, dprobs, dx_perm;  // between backward stages
@@ -114,8 +119,20 @@ MoeConfig read_config(const plx_layer_create_args& args) {
     throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) +
                                          (cuda_built() ? " runs on the CPU or a CUDA GPU only (device type "
                                                        : " runs on the CPU only (device type ") +
-                                         std::to_string(static_cast<int>(device.device_type)) + " requested)");
-  return MoeConfig::read(plexus::sdk::Host::current(), args.config, args.model_config, plx_layer_residual_layers(&args));
+                                         std::to_string(static_cast<int>(device.device_type)) +
+                                         " requested)");
+  for (const char* group : {"tp", "expert_tp"}) {
+    const plexus::sdk::Group g = plexus::sdk::Group::find(plexus::sdk::Host::current(), group);
+    if (g.size() > 1)
+      throw Error(PLX_ERR_UNSUPPORTED,
+                  std::string(kComponent) + ": tensor parallelism (a " + group + " group of " +
+                      std::to_string(g.size()) +
+                      " ranks) is not built for MoE layers yet; set "
+                      "distributed.topology.options.tp and expert_tp to 1 for a model with "
+                      "MoE layers");
+  }
+  return MoeConfig::read(plexus::sdk::Host::current(), args.config, args.model_config,
+                         plx_layer_residual_layers(&args));
 }
 
 // What the CUDA path does not do yet, refused when the layer is created (before the device is
@@ -157,7 +174,8 @@ class MoeLayer final : public plexus::sdk::Layer {
     // float32 [E], zero at the start, the same on every rank.
     if (c.expert_bias) {
       bias_index_ = static_cast<uint32_t>(specs_.size());
-      add("mlp.router.expert_bias", {c.experts}, PLX_INIT_ZEROS, 0, PLX_PARAM_BUFFER | PLX_PARAM_NO_WEIGHT_DECAY);
+      add("mlp.router.expert_bias", {c.experts}, PLX_INIT_ZEROS, 0,
+          PLX_PARAM_BUFFER | PLX_PARAM_NO_WEIGHT_DECAY);
     }
     experts_index_ = static_cast<uint32_t>(specs_.size());
     // Megatron's SequentialMLP (the local spec) names with the global expert index i; only this
@@ -177,7 +195,8 @@ class MoeLayer final : public plexus::sdk::Layer {
       shared_index_ = static_cast<uint32_t>(specs_.size());
       add("mlp.shared_experts.linear_fc1.weight", {shared_shape().fc1_rows(), c.hidden}, PLX_INIT_NORMAL,
           c.init_std, 0);
-      add("mlp.shared_experts.linear_fc2.weight", {c.hidden, c.shared_ffn}, PLX_INIT_NORMAL, c.output_init_std, 0);
+      add("mlp.shared_experts.linear_fc2.weight", {c.hidden, c.shared_ffn}, PLX_INIT_NORMAL,
+          c.output_init_std, 0);
     }
   }
 
@@ -193,8 +212,9 @@ class MoeLayer final : public plexus::sdk::Layer {
 
   plx_param_spec param(uint32_t index) const override {
     if (index >= specs_.size())
-      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + " has " + std::to_string(specs_.size()) +
-                                                " parameters; there is no parameter " + std::to_string(index));
+      throw Error(PLX_ERR_INVALID_ARGUMENT,
+                  std::string(kComponent) + " has " + std::to_string(specs_.size()) +
+                      " parameters; there is no parameter " + std::to_string(index));
     return specs_[index];
   }
 
@@ -225,8 +245,9 @@ class MoeLayer final : public plexus::sdk::Layer {
     expect_call("forward", stage, args.num_inputs, args.num_outputs, args.num_params);
     auto& st = static_cast<MoeState&>(state);
     if (stage != st.next_forward)
-      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": forward stage " + std::to_string(stage) +
-                                                " called before stage " + std::to_string(st.next_forward));
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": forward stage " +
+                                                std::to_string(stage) + " called before stage " +
+                                                std::to_string(st.next_forward));
     if (precision_here(args.inputs[0].dtype, "input 0 (hidden states)") == Precision::f32)
       run_forward<float>(st, steps_[stage], args);
     else
@@ -238,17 +259,20 @@ class MoeLayer final : public plexus::sdk::Layer {
     expect_call("backward", stage, args.num_inputs, args.num_outputs, args.num_params);
     auto& st = static_cast<MoeState&>(state);
     if (!st.saved)
-      throw Error(PLX_ERR_INVALID_ARGUMENT,
-                  "backward without a training forward of this microbatch (PLX_FORWARD_TRAINING was not set)");
+      throw Error(
+          PLX_ERR_INVALID_ARGUMENT,
+          "backward without a training forward of this microbatch (PLX_FORWARD_TRAINING was not set)");
     if (stage != st.next_backward)
-      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": backward stage " + std::to_string(stage) +
-                                                " called before stage " + std::to_string(st.next_backward));
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": backward stage " +
+                                                std::to_string(stage) + " called before stage " +
+                                                std::to_string(st.next_backward));
     const bool skip = (args.flags & PLX_BACKWARD_SKIP_WEIGHT_GRADS) != 0;
     if (skip && device_impl_)
-      throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) +
-                                           " on CUDA: weight gradients split from backward (PLX_BACKWARD_SKIP_WEIGHT_GRADS, "
-                                           "backward_weights) are not built yet; run the scheduler without delayed "
-                                           "weight gradients (scheduler.options.delay_weight_gradients = false)");
+      throw Error(PLX_ERR_UNSUPPORTED,
+                  std::string(kComponent) +
+                      " on CUDA: weight gradients split from backward (PLX_BACKWARD_SKIP_WEIGHT_GRADS, "
+                      "backward_weights) are not built yet; run the scheduler without delayed "
+                      "weight gradients (scheduler.options.delay_weight_gradients = false)");
     if (stage + 1 == steps_.size()) {
       if (st.weights_due)
         throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": backward of microbatch " +
@@ -256,9 +280,10 @@ class MoeLayer final : public plexus::sdk::Layer {
                                                   " again before backward_weights of the previous one");
       st.skip_weights = skip;
     } else if (skip != st.skip_weights) {
-      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": backward stage " + std::to_string(stage) +
-                                                " with PLX_BACKWARD_SKIP_WEIGHT_GRADS " + (skip ? "set" : "clear") +
-                                                ", unlike the microbatch's earlier stages");
+      throw Error(PLX_ERR_INVALID_ARGUMENT,
+                  std::string(kComponent) + ": backward stage " + std::to_string(stage) +
+                      " with PLX_BACKWARD_SKIP_WEIGHT_GRADS " + (skip ? "set" : "clear") +
+                      ", unlike the microbatch's earlier stages");
     }
     if (precision_here(args.grad_outputs[0].dtype, "grad output 0") == Precision::f32)
       run_backward<float>(st, steps_[stage], args);
@@ -274,7 +299,8 @@ class MoeLayer final : public plexus::sdk::Layer {
     auto& st = static_cast<MoeState&>(state);
     if (!st.weights_due)
       throw Error(PLX_ERR_INVALID_ARGUMENT,
-                  std::string(kComponent) + ": backward_weights of microbatch " + std::to_string(args.microbatch) +
+                  std::string(kComponent) + ": backward_weights of microbatch " +
+                      std::to_string(args.microbatch) +
                       " without a backward that left them out (PLX_BACKWARD_SKIP_WEIGHT_GRADS)");
     if (args.num_params != specs_.size())
       throw Error(PLX_ERR_INVALID_ARGUMENT, std::string("backward_weights: ") + kComponent + " has " +
@@ -296,9 +322,10 @@ class MoeLayer final : public plexus::sdk::Layer {
     const MoeConfig& c = config_;
     const double n = static_cast<double>(inputs[0].dims[0]) * static_cast<double>(inputs[0].dims[1]);
     const double h = static_cast<double>(c.hidden);
-    forward = 2 * n * h * static_cast<double>(c.experts) +
-              2 * n * static_cast<double>(c.topk) * h * static_cast<double>(c.fc1_rows() + c.ffn) +
-              2 * n * h * static_cast<double>(c.shared_ffn > 0 ? shared_shape().fc1_rows() + c.shared_ffn : 0);
+    forward =
+        2 * n * h * static_cast<double>(c.experts) +
+        2 * n * static_cast<double>(c.topk) * h * static_cast<double>(c.fc1_rows() + c.ffn) +
+        2 * n * h * static_cast<double>(c.shared_ffn > 0 ? shared_shape().fc1_rows() + c.shared_ffn : 0);
     backward = 2 * forward;
   }
 
@@ -314,21 +341,24 @@ class MoeLayer final : public plexus::sdk::Layer {
   Precision precision_here(DLDataType dtype, const std::string& what) const {
     const Precision p = precision_of(dtype, what);
     if (device_impl_ && p != Precision::f32)
-      throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) + " on CUDA (" + plexus::sdk::device_text(device_) +
-                                           "): " + what + " is " + plexus::sdk::dtype_name(dtype) +
+      throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) + " on CUDA (" +
+                                           plexus::sdk::device_text(device_) + "): " + what + " is " +
+                                           plexus::sdk::dtype_name(dtype) +
                                            "; float64 is not built yet on CUDA (float32 only)");
     return p;
   }
 
   void expect_stage(uint32_t stage) const {
     if (stage >= steps_.size())
-      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + " has " + std::to_string(steps_.size()) +
-                                                " stages; no stage " + std::to_string(stage));
+      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + " has " +
+                                                std::to_string(steps_.size()) + " stages; no stage " +
+                                                std::to_string(stage));
   }
   static void expect_counts(const char* what, uint32_t num_inputs, uint32_t num_outputs) {
     if (num_inputs != 1 || num_outputs != 1)
-      throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(what) + ": " + kComponent + " takes 1 input and 1 output, got " +
-                                                std::to_string(num_inputs) + " and " + std::to_string(num_outputs));
+      throw Error(PLX_ERR_INVALID_ARGUMENT,
+                  std::string(what) + ": " + kComponent + " takes 1 input and 1 output, got " +
+                      std::to_string(num_inputs) + " and " + std::to_string(num_outputs));
   }
   void expect_call(const char* what, uint32_t stage, uint32_t num_inputs, uint32_t num_outputs,
                    uint32_t num_params) const {
@@ -431,7 +461,6 @@ class MoeLayer final : public plexus::sdk::Layer {
   }
 
  private:
-
   template <class T>
   void run_forward(MoeState& st, Step stage, const plx_forward_args& args) {
     const MoeConfig& c = config_;
@@ -457,8 +486,8 @@ class MoeLayer final : public plexus::sdk::Layer {
       T* xhat = st.xhat.get<T>(sz(n * c.hidden));
       T* rstd = st.rstd.get<T>(sz(n));
       if (c.rms_prenorm)
-        k::rmsnorm_forward<T>(n, c.hidden, data<T>(args.inputs[0]), w_norm, static_cast<T>(c.prenorm_eps), u, xhat,
-                              rstd);
+        k::rmsnorm_forward<T>(n, c.hidden, data<T>(args.inputs[0]), w_norm, static_cast<T>(c.prenorm_eps), u,
+                              xhat, rstd);
       else
         k::layernorm_forward<T>(n, c.hidden, data<T>(args.inputs[0]), w_norm, data<T>(args.params[1]),
                                 static_cast<T>(c.prenorm_eps), u, xhat, rstd);
@@ -480,19 +509,20 @@ class MoeLayer final : public plexus::sdk::Layer {
     const plx_host_api& host = *plexus::sdk::Host::current().api();
     const int64_t rows = st.perm.rows();
     if (stage == kDispatch) {
-      st.layout = ExchangeLayout::build(ep_, st.perm.offsets, exchange_counts(host, ep_, st.perm.offsets, args.comm_stream));
+      st.layout = ExchangeLayout::build(ep_, st.perm.offsets,
+                                        exchange_counts(host, ep_, st.perm.offsets, args.comm_stream));
       T* x_recv = st.x_recv.get<T>(at_least_one(st.layout.received() * c.hidden));
       st.x_perm.get<T>(at_least_one(rows * c.hidden));
-      st.pending = start_rows_exchange<T>(host, ep_, st.x_perm.data<T>(), st.layout.send_rows, st.layout.send_offsets,
-                                          x_recv, st.layout.recv_rows, st.layout.recv_offsets, c.hidden,
-                                          args.comm_stream);
+      st.pending = start_rows_exchange<T>(host, ep_, st.x_perm.data<T>(), st.layout.send_rows,
+                                          st.layout.send_offsets, x_recv, st.layout.recv_rows,
+                                          st.layout.recv_offsets, c.hidden, args.comm_stream);
       return;
     }
     if (stage == kCombine) {
       T* y_perm = st.y_perm.get<T>(at_least_one(rows * c.hidden));
-      st.pending = start_rows_exchange<T>(host, ep_, st.y_send.data<T>(), st.layout.recv_rows, st.layout.recv_offsets,
-                                          y_perm, st.layout.send_rows, st.layout.send_offsets, c.hidden,
-                                          args.comm_stream);
+      st.pending = start_rows_exchange<T>(host, ep_, st.y_send.data<T>(), st.layout.recv_rows,
+                                          st.layout.recv_offsets, y_perm, st.layout.send_rows,
+                                          st.layout.send_offsets, c.hidden, args.comm_stream);
       return;
     }
     if (stage == kExperts) {
@@ -506,8 +536,8 @@ class MoeLayer final : public plexus::sdk::Layer {
                            st.experts, y_local);
         to_source_major<T>(st.layout, c.hidden, y_local, st.y_send.get<T>(at_least_one(received * c.hidden)));
       } else {
-        experts_forward<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params), st.x_perm.data<T>(),
-                           st.experts, st.y_perm.get<T>(sz(rows * c.hidden)));
+        experts_forward<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params),
+                           st.x_perm.data<T>(), st.experts, st.y_perm.get<T>(sz(rows * c.hidden)));
       }
       if (c.shared_ffn > 0)
         experts_forward<T>(shared_shape(), {0, n}, shared_weights<T>(args.params), st.u.data<T>(), st.shared,
@@ -529,8 +559,8 @@ class MoeLayer final : public plexus::sdk::Layer {
     if (st.batch != batch || st.seq != seq)
       throw Error(PLX_ERR_INVALID_ARGUMENT, std::string(kComponent) + ": a stage of shape [" +
                                                 std::to_string(batch) + ", " + std::to_string(seq) +
-                                                "] after a route stage of [" + std::to_string(st.batch) + ", " +
-                                                std::to_string(st.seq) + "]");
+                                                "] after a route stage of [" + std::to_string(st.batch) +
+                                                ", " + std::to_string(st.seq) + "]");
   }
 
   template <class T>
@@ -582,18 +612,20 @@ class MoeLayer final : public plexus::sdk::Layer {
         T* dx_local = st.dx_local.get<T>(at_least_one(received * c.hidden));
         experts_backward_inputs<T>(expert_shape(), st.layout.expert_offsets, expert_weights<T>(args.params),
                                    st.experts, dy_local, dx_local, st.da_experts);
-        to_source_major<T>(st.layout, c.hidden, dx_local, st.dx_send.get<T>(at_least_one(received * c.hidden)));
+        to_source_major<T>(st.layout, c.hidden, dx_local,
+                           st.dx_send.get<T>(at_least_one(received * c.hidden)));
       } else {
-        experts_backward_inputs<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params), st.experts,
-                                   st.dy_perm.data<T>(), st.dx_perm.get<T>(at_least_one(rows * c.hidden)),
-                                   st.da_experts);
+        experts_backward_inputs<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params),
+                                   st.experts, st.dy_perm.data<T>(),
+                                   st.dx_perm.get<T>(at_least_one(rows * c.hidden)), st.da_experts);
       }
       if (c.shared_ffn > 0) {
         // Its output gradient is the layer's, which the host may change once backward returns.
         const T* dy = data<T>(args.grad_outputs[0]);
         std::copy(dy, dy + n * c.hidden, st.dy_shared.get<T>(sz(n * c.hidden)));
         experts_backward_inputs<T>(shared_shape(), {0, n}, shared_weights<T>(args.params), st.shared,
-                                   st.dy_shared.data<T>(), st.du_shared.get<T>(sz(n * c.hidden)), st.da_shared);
+                                   st.dy_shared.data<T>(), st.du_shared.get<T>(sz(n * c.hidden)),
+                                   st.da_shared);
       }
       if (!st.skip_weights) experts_weights<T>(st, args.param_grads);
       return;
@@ -639,8 +671,8 @@ class MoeLayer final : public plexus::sdk::Layer {
       g.fc2.push_back(grad_or_null<T>(grads, experts_index_ + 2 * sz(e) + 1));
     }
     if (ep_.parallel())
-      experts_backward_weights<T>(expert_shape(), st.layout.expert_offsets, g, st.experts, st.x_local.data<T>(),
-                                  st.dy_local.data<T>(), st.da_experts);
+      experts_backward_weights<T>(expert_shape(), st.layout.expert_offsets, g, st.experts,
+                                  st.x_local.data<T>(), st.dy_local.data<T>(), st.da_experts);
     else
       experts_backward_weights<T>(expert_shape(), st.perm.offsets, g, st.experts, st.x_perm.data<T>(),
                                   st.dy_perm.data<T>(), st.da_experts);
@@ -659,8 +691,8 @@ class MoeLayer final : public plexus::sdk::Layer {
     const MoeConfig& c = config_;
     const int64_t n = st.batch * st.seq;
     if (T* dw_router = grad_or_null<T>(grads, router_index_))
-      k::gemm_parallel<T>(k::Trans::T, k::Trans::N, c.experts, c.hidden, n, T(1), st.dlogits.data<T>(), c.experts,
-                          st.u.data<T>(), c.hidden, T(1), dw_router, c.hidden);
+      k::gemm_parallel<T>(k::Trans::T, k::Trans::N, c.experts, c.hidden, n, T(1), st.dlogits.data<T>(),
+                          c.experts, st.u.data<T>(), c.hidden, T(1), dw_router, c.hidden);
     T* dw = grad_or_null<T>(grads, 0);
     T* db = c.rms_prenorm ? nullptr : grad_or_null<T>(grads, 1);
     if (dw != nullptr || db != nullptr) norm_backward<T>(st, nullptr, nullptr, dw, db);
@@ -671,10 +703,11 @@ class MoeLayer final : public plexus::sdk::Layer {
     const MoeConfig& c = config_;
     const int64_t n = st.batch * st.seq;
     if (c.rms_prenorm)
-      k::rmsnorm_backward<T>(n, c.hidden, st.du.data<T>(), st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx, dw);
+      k::rmsnorm_backward<T>(n, c.hidden, st.du.data<T>(), st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx,
+                             dw);
     else
-      k::layernorm_backward<T>(n, c.hidden, st.du.data<T>(), st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx, dw,
-                               db);
+      k::layernorm_backward<T>(n, c.hidden, st.du.data<T>(), st.xhat.data<T>(), st.rstd.data<T>(), w_norm, dx,
+                               dw, db);
   }
 
   // The parameters and their gradients as the CUDA path takes them (float32, on the device).
@@ -718,8 +751,8 @@ class MoeLayer final : public plexus::sdk::Layer {
       st.precision = Precision::f32;
       st.batch = batch;
       st.seq = seq;
-      const RouteResult r = device_impl_->route(*st.device, w, batch * seq, data<float>(args.inputs[0]), training,
-                                                args.compute_stream);
+      const RouteResult r = device_impl_->route(*st.device, w, batch * seq, data<float>(args.inputs[0]),
+                                                training, args.compute_stream);
       if (training) {
         report(r.aux_loss, r.z_loss, r.dropped);
         load_.add(r.offsets);
@@ -751,7 +784,8 @@ class MoeLayer final : public plexus::sdk::Layer {
     }
     float* dx = nullptr;
     if (args.grad_inputs[0].data != nullptr) {
-      expect_tensor(args.grad_inputs[0], device_, plx_dtype_f32(), {batch, seq, config_.hidden}, "grad input 0");
+      expect_tensor(args.grad_inputs[0], device_, plx_dtype_f32(), {batch, seq, config_.hidden},
+                    "grad input 0");
       dx = data<float>(args.grad_inputs[0]);
     }
     device_impl_->route_backward(*st.device, w, g, plx_backward_loss_scale(&args), dx, args.compute_stream);
@@ -761,8 +795,8 @@ class MoeLayer final : public plexus::sdk::Layer {
 
   MoeConfig config_;
   uint32_t layer_index_ = 0;
-  ExpertGroup ep_;           // this rank's experts: all of them without an ep group
-  std::vector<Step> steps_;  // stage index -> step
+  ExpertGroup ep_;                 // this rank's experts: all of them without an ep group
+  std::vector<Step> steps_;        // stage index -> step
   std::deque<std::string> names_;  // the specs' names point into it (a deque never moves them)
   std::vector<plx_param_spec> specs_;
   ExpertLoad load_;  // the step's tokens per expert, from its training forwards

@@ -49,6 +49,12 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
                   "the head dimension hidden_size / num_attention_heads = " + std::to_string(hidden_) +
                       " / " + std::to_string(heads_) + " = " + std::to_string(head_dim_) +
                       " must be even for rotary embeddings");
+    // Tensor parallelism: each rank holds whole query groups, heads / tp query heads and
+    // groups / tp key-value heads; linear_qkv is laid out group by group, so its row split is
+    // one part (Megatron: num_query_groups % tp == 0).
+    refuse_split_on_device();
+    heads_ = split_over(tp_, heads_, "num_attention_heads");
+    groups_ = split_over(tp_, groups_, "num_query_groups");
     qkv_rows_ = (heads_ + 2 * groups_) * head_dim_;
 
     add_parameters({"input_layernorm.weight", "input_layernorm.bias", "self_attention.linear_qkv.weight",

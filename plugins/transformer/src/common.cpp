@@ -86,14 +86,12 @@ template void NormSpec::backward<double>(int64_t, const double*, const double*, 
 template void NormSpec::apply<float>(int64_t, const float*, const float*, const float*, float*) const;
 template void NormSpec::apply<double>(int64_t, const double*, const double*, const double*, double*) const;
 
-
 Precision precision_of(DLDataType dtype, const std::string& what) {
   if (plx_dtype_equal(dtype, plx_dtype_f32())) return Precision::f32;
   if (plx_dtype_equal(dtype, plx_dtype_f64())) return Precision::f64;
   throw Error(PLX_ERR_INVALID_ARGUMENT,
               what + ": expected dtype float32 or float64, got " + plexus::sdk::dtype_name(dtype));
 }
-
 
 void expect_hidden(const DLTensor& t, DLDevice device, DLDataType dtype, int64_t hidden,
                    const std::string& what, int64_t& batch, int64_t& seq) {
@@ -153,7 +151,9 @@ void expect_hidden_desc(const plx_tensor_desc& d, int64_t hidden, const std::str
 }
 
 TransformerLayer::TransformerLayer(const char* component, const plx_layer_create_args& args)
-    : component_(component), device_(args.device) {
+    : component_(component),
+      device_(args.device),
+      tp_(plexus::sdk::Group::find(plexus::sdk::Host::current(), "tp")) {
   if (device_.device_type == kDLCPU) return;
   if (device_.device_type == kDLCUDA) {
     // The layer itself builds its CUDA implementation once its configuration is read.
@@ -216,6 +216,38 @@ void TransformerLayer::expect_call(const char* what, uint32_t stage, uint32_t nu
 
 void TransformerLayer::expect_params(const DLTensor* params, const DLTensor* grads, DLDataType dtype) const {
   transformer::expect_params(params_, params, grads, dtype, device_);
+}
+
+void TransformerLayer::refuse_split_on_device() const {
+  if (on_cuda() && tp_.size() > 1)
+    throw Error(PLX_ERR_UNSUPPORTED, std::string(component_) + " on " + device_text(device_) +
+                                         ": tensor parallelism (a tp group of " + std::to_string(tp_.size()) +
+                                         " ranks) runs on the CPU only; the CUDA layers are whole-layer "
+                                         "(set distributed.topology.options.tp to 1)");
+}
+
+int64_t padded_vocab_size(const plexus::sdk::Host& host, plx_config model) {
+  const int64_t vocab = positive_int(host, model, "vocab_size");
+  const int64_t padded = host.config_int_if(model, "padded_vocab_size").value_or(vocab);
+  if (padded < vocab)
+    throw Error(PLX_ERR_INVALID_ARGUMENT, "model.padded_vocab_size (" + std::to_string(padded) +
+                                              ") is below model.vocab_size (" + std::to_string(vocab) + ")");
+  return padded;
+}
+
+int64_t split_over(const plexus::sdk::Group& tp, int64_t whole, const char* key) {
+  if (whole % tp.size() != 0)
+    throw Error(PLX_ERR_INVALID_ARGUMENT, std::string("model.") + key + " (" + std::to_string(whole) +
+                                              ") is not divisible by the " + std::to_string(tp.size()) +
+                                              " ranks of the tp group (distributed.topology.options.tp)");
+  return whole / tp.size();
+}
+
+void mark_split(plx_param_spec& spec, int32_t dim, const std::vector<int64_t>& parts) {
+  spec.flags |= PLX_PARAM_TENSOR_PARALLEL;
+  spec.tp_dim = dim;
+  spec.tp_num_parts = static_cast<uint32_t>(parts.size());
+  spec.tp_part_sizes = parts.empty() ? nullptr : parts.data();
 }
 
 plx_param_spec make_param(const char* name, std::initializer_list<int64_t> dims, uint32_t init,

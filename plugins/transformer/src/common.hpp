@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "device_impl.hpp"
+#include "plexus/cpp/group.hpp"
 #include "plexus/cpp/host.hpp"
 #include "plexus/cpp/layer.hpp"
 #include "plexus/cpp/tensor.hpp"
@@ -23,6 +24,9 @@ using plexus::sdk::Error;
 
 // Reads an integer key that must be >= 1; the error names the key and the value.
 int64_t positive_int(const plexus::sdk::Host& host, plx_config model, const char* key);
+// The rows of the embedding and output layer: model_config.padded_vocab_size (the host pads
+// vocab_size to a multiple of make_vocab_size_divisible_by x tp, ABI 1.8), else vocab_size.
+int64_t padded_vocab_size(const plexus::sdk::Host& host, plx_config model);
 // Reads a number that must be > 0.
 double positive_number(const plexus::sdk::Host& host, plx_config model, const char* key);
 
@@ -52,6 +56,14 @@ struct NormSpec {
   template <class T>
   void apply(int64_t rows, const T* xhat, const T* w, const T* b, T* y) const;
 };
+
+// ---- tensor parallelism ----
+
+// `whole` divided over the tp group, or an Error naming the model key, its value and the group.
+int64_t split_over(const plexus::sdk::Group& tp, int64_t whole, const char* key);
+// Marks a parameter spec as this rank's shard of a tensor split over tp along `dim` (ABI 1.8), of
+// the whole parts `parts` along it (a vector that outlives the spec; empty: one part).
+void mark_split(plx_param_spec& spec, int32_t dim, const std::vector<int64_t>& parts);
 
 // ---- tensors ----
 
@@ -103,6 +115,8 @@ class TransformerLayer : public plexus::sdk::Layer {
 
  protected:
   bool on_cuda() const { return device_.device_type == kDLCUDA; }
+  // A layer that splits its parameters over tp refuses to on CUDA, whose kernels are whole-layer.
+  void refuse_split_on_device() const;
   // The parts of every device implementation's spec this base knows.
   void fill_spec(LayerSpec& spec) const;
 
@@ -121,6 +135,7 @@ class TransformerLayer : public plexus::sdk::Layer {
 
   const char* component_;
   DLDevice device_;
+  plexus::sdk::Group tp_;  // the host's "tp" group (one rank without tensor parallelism)
   std::vector<plx_param_spec> params_;
   // Set by a layer created on a CUDA device (from src/cuda/): then it runs every forward and
   // backward and owns the states; null on the CPU.

@@ -1,4 +1,5 @@
 // transformer.embedding: h[b, s, :] = W[tokens[b, s], :] with W = embedding.word_embeddings.weight.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -26,8 +27,15 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
     vocab_ = positive_int(host, args.model_config, "vocab_size");
     hidden_ = positive_int(host, args.model_config, "hidden_size");
     const double std_dev = positive_number(host, args.model_config, "init_method_std");
+    // Vocabulary-parallel (Megatron's VocabParallelEmbedding): rank r holds rows
+    // [r V_p / tp, (r + 1) V_p / tp) of the padded vocabulary; a token's row is looked up on the
+    // rank holding it, zeros elsewhere, and the ranks' outputs are summed.
+    refuse_split_on_device();
+    rows_ = split_over(tp_, padded_vocab_size(host, args.model_config), "padded_vocab_size");
+    first_row_ = tp_.rank() * rows_;
     params_.push_back(
-        make_param("embedding.word_embeddings.weight", {vocab_, hidden_}, PLX_INIT_NORMAL, std_dev, 0));
+        make_param("embedding.word_embeddings.weight", {rows_, hidden_}, PLX_INIT_NORMAL, std_dev, 0));
+    mark_split(params_.back(), 0, {});
     if (on_cuda()) {
       EmbeddingSpec spec;
       fill_spec(spec);
@@ -90,7 +98,21 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
     const int32_t* ids = data<int32_t>(tokens);
     if (const int64_t bad = kernels::first_invalid_id(n, ids, vocab_); bad >= 0)
       throw_invalid_token(ids[bad], bad, seq, vocab_);
-    kernels::embedding_forward<T>(n, hidden_, ids, data<T>(args.params[0]), data<T>(args.outputs[0]));
+    T* out = data<T>(args.outputs[0]);
+    if (tp_.size() == 1) {
+      kernels::embedding_forward<T>(n, hidden_, ids, data<T>(args.params[0]), out);
+    } else {
+      const T* w = data<T>(args.params[0]);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t row = ids[i] - first_row_;
+        T* o = out + i * hidden_;
+        if (row >= 0 && row < rows_)
+          std::copy(w + row * hidden_, w + (row + 1) * hidden_, o);
+        else
+          std::fill(o, o + hidden_, T(0));
+      }
+      tp_.all_reduce(args.outputs[0]);
+    }
     st.saved = (args.flags & PLX_FORWARD_TRAINING) != 0;
     st.precision = precision_v<T>;
     st.batch = batch;
@@ -106,12 +128,30 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
     expect_saved(st.saved, st.precision, precision_v<T>, st.batch, st.seq, batch, seq);
     expect_params(args.params, args.param_grads, dt);
     // grad_inputs[0] (token ids) has no gradient: it is left alone.
-    if (T* dw = grad_or_null<T>(args.param_grads, 0))
-      kernels::embedding_backward<T>(batch * seq, hidden_, st.tokens.data(), data<T>(args.grad_outputs[0]),
-                                     dw);
+    T* dw = grad_or_null<T>(args.param_grads, 0);
+    if (dw == nullptr) return;
+    const T* dy = data<T>(args.grad_outputs[0]);
+    const int64_t n = batch * seq;
+    if (tp_.size() == 1) {
+      kernels::embedding_backward<T>(n, hidden_, st.tokens.data(), dy, dw);
+      return;
+    }
+    // This rank's rows only: its tokens' gradients in token order (the sum order of the whole
+    // table's kernel, so each row's gradient is the same at every tp).
+    std::vector<int32_t> rows;
+    std::vector<T> dy_rows;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = st.tokens[static_cast<std::size_t>(i)] - first_row_;
+      if (row < 0 || row >= rows_) continue;
+      rows.push_back(static_cast<int32_t>(row));
+      dy_rows.insert(dy_rows.end(), dy + i * hidden_, dy + (i + 1) * hidden_);
+    }
+    kernels::embedding_backward<T>(static_cast<int64_t>(rows.size()), hidden_, rows.data(), dy_rows.data(),
+                                   dw);
   }
 
   int64_t vocab_ = 0, hidden_ = 0;
+  int64_t rows_ = 0, first_row_ = 0;  // this rank's rows of the padded vocabulary
 };
 
 }  // namespace

@@ -57,6 +57,7 @@ struct NormLayerSpec : LayerSpec {
 
 struct HeadSpec : LayerSpec {
   int64_t vocab = 0, hidden = 0;
+  int64_t rows = 0;  // the output layer's rows, the padded vocabulary (targets stay below vocab)
 };
 
 }  // namespace plexus::transformer

@@ -7,6 +7,7 @@
 #include "plexus_kernels/cross_entropy.hpp"
 #include "plexus_kernels/embedding.hpp"
 #include "plexus_kernels/gemm.hpp"
+#include "vocab_parallel_loss.hpp"
 
 namespace plexus::transformer {
 namespace {
@@ -38,13 +39,20 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
     hidden_ = positive_int(host, m, "hidden_size");
     const double std_dev = positive_number(host, m, "init_method_std");
     const bool untie = host.config_bool(m, "untie_embeddings_and_output_weights");
+    // Vocabulary-parallel like the embedding: rank r holds rows [r V_p / tp, (r + 1) V_p / tp) of
+    // the padded vocabulary and computes those logits; the loss is vocab_parallel_cross_entropy.
+    refuse_split_on_device();
+    rows_ = split_over(tp_, padded_vocab_size(host, m), "padded_vocab_size");
+    first_row_ = tp_.rank() * rows_;
     // Tied: the embedding's own name, which the engine recognizes as the same parameter.
     params_.push_back(make_param(untie ? "output_layer.weight" : "embedding.word_embeddings.weight",
-                                 {vocab_, hidden_}, PLX_INIT_NORMAL, std_dev, 0));
+                                 {rows_, hidden_}, PLX_INIT_NORMAL, std_dev, 0));
+    mark_split(params_.back(), 0, {});
     if (on_cuda()) {
       HeadSpec spec;
       fill_spec(spec);
       spec.vocab = vocab_;
+      spec.rows = rows_;
       spec.hidden = hidden_;
       device_impl_ = make_cuda_lm_head(spec);
     }
@@ -68,7 +76,7 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
     logits.dtype = dtype;
     logits.dims[0] = inputs[0].dims[0];
     logits.dims[1] = inputs[0].dims[1];
-    logits.dims[2] = vocab_;
+    logits.dims[2] = rows_;  // this rank's columns of the padded vocabulary
     outputs[0] = loss;
     outputs[1] = logits;
   }
@@ -86,7 +94,7 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
     expect_descs("estimate_flops", num_inputs, 2);
     expect_input_descs(inputs);
     const double n = static_cast<double>(inputs[0].dims[0]) * static_cast<double>(inputs[0].dims[1]);
-    forward = 2 * n * static_cast<double>(hidden_) * static_cast<double>(vocab_);
+    forward = 2 * n * static_cast<double>(hidden_) * static_cast<double>(rows_);
     backward = 2 * forward;
   }
 
@@ -110,7 +118,7 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
     expect_hidden(args.inputs[0], device_, dt, hidden_, "input 0 (hidden states)", batch, seq);
     expect_tensor(args.inputs[1], device_, plx_dtype_i32(), {batch, seq}, "input 1 (targets)");
     expect_tensor(args.outputs[0], device_, dt, {1}, "output 0 (loss)");
-    expect_tensor(args.outputs[1], device_, dt, {batch, seq, vocab_}, "output 1 (logits)");
+    expect_tensor(args.outputs[1], device_, dt, {batch, seq, rows_}, "output 1 (logits)");
     expect_params(args.params, nullptr, dt);
     const int64_t n = batch * seq;
     const int32_t* targets = data<int32_t>(args.inputs[1]);
@@ -124,10 +132,13 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
 
     const T* h = data<T>(args.inputs[0]);
     T* logits = data<T>(args.outputs[1]);
-    k::gemm_parallel<T>(Trans::N, Trans::T, n, vocab_, hidden_, T(1), h, hidden_, data<T>(args.params[0]),
-                        hidden_, T(0), logits, vocab_);
-    T* grad = train ? st.grad.get<T>(static_cast<std::size_t>(n * vocab_)) : nullptr;
-    const k::CrossEntropyResult ce = k::cross_entropy_forward<T>(n, vocab_, logits, targets, grad, kIgnore);
+    k::gemm_parallel<T>(Trans::N, Trans::T, n, rows_, hidden_, T(1), h, hidden_, data<T>(args.params[0]),
+                        hidden_, T(0), logits, rows_);
+    T* grad = train ? st.grad.get<T>(static_cast<std::size_t>(n * rows_)) : nullptr;
+    const k::CrossEntropyResult ce =
+        tp_.size() == 1
+            ? k::cross_entropy_forward<T>(n, rows_, logits, targets, grad, kIgnore)
+            : vocab_parallel_cross_entropy<T>(tp_, n, rows_, first_row_, logits, targets, grad, kIgnore);
     *data<T>(args.outputs[0]) =
         ce.count > 0 ? static_cast<T>(ce.loss_sum / static_cast<double>(ce.count)) : T(0);
     st.count = ce.count;
@@ -161,16 +172,22 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
     }
     const auto scale = static_cast<T>(s / static_cast<double>(st.count));
     const T* g = st.grad.data<T>();
-    // logits = h W^T, dL/dlogits = scale * g:  dh = scale g W,  dW += scale g^T h.
-    if (dh != nullptr)
-      k::gemm_parallel<T>(Trans::N, Trans::N, n, hidden_, vocab_, scale, g, vocab_, data<T>(args.params[0]),
+    // logits = h W^T, dL/dlogits = scale * g:  dh = scale g W,  dW += scale g^T h. Under tp, dh
+    // is this rank's columns' part, summed over tp while dW is computed.
+    plx_request dh_summed = nullptr;
+    if (dh != nullptr) {
+      k::gemm_parallel<T>(Trans::N, Trans::N, n, hidden_, rows_, scale, g, rows_, data<T>(args.params[0]),
                           hidden_, T(0), dh, hidden_);
+      dh_summed = tp_.start_all_reduce(args.grad_inputs[0]);
+    }
     if (dw != nullptr)
-      k::gemm_parallel<T>(Trans::T, Trans::N, vocab_, hidden_, n, scale, g, vocab_, st.h.data<T>(), hidden_,
+      k::gemm_parallel<T>(Trans::T, Trans::N, rows_, hidden_, n, scale, g, rows_, st.h.data<T>(), hidden_,
                           T(1), dw, hidden_);
+    tp_.finish(dh_summed);
   }
 
-  int64_t vocab_ = 0, hidden_ = 0;
+  int64_t vocab_ = 0, hidden_ = 0;    // vocab_size: the ids a target may be
+  int64_t rows_ = 0, first_row_ = 0;  // this rank's rows of the padded vocabulary
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <vector>
 
 #include "common.hpp"
 #include "cuda_layers.hpp"
@@ -32,13 +33,18 @@ class Mlp final : public PreNormLayer<Mlp, MlpState> {
       throw Error(PLX_ERR_INVALID_ARGUMENT,
                   "model activation must be \"gelu\" or \"swiglu\", got \"" + activation + "\"");
     }
-    ffn_ = positive_int(host, m, "ffn_hidden_size");
+    const int64_t ffn = positive_int(host, m, "ffn_hidden_size");
+    // Tensor parallelism: each rank holds ffn_hidden_size / tp of the MLP's width; SwiGLU's fc1
+    // is two parts, gate and up, so rank r holds [gate_r; up_r] (Megatron's stride-2 split).
+    refuse_split_on_device();
+    ffn_ = split_over(tp_, ffn, "ffn_hidden_size");
     fc1_rows_ = swiglu_ ? 2 * ffn_ : ffn_;
 
     add_parameters(
         {"pre_mlp_layernorm.weight", "pre_mlp_layernorm.bias", "mlp.linear_fc1.weight",
          "mlp.linear_fc2.weight", "mlp.linear_fc1.layer_norm_weight", "mlp.linear_fc1.layer_norm_bias"},
-        fc1_rows_, ffn_, output_init_std(args, init_std_));
+        fc1_rows_, ffn_, output_init_std(args, init_std_),
+        swiglu_ ? std::vector<int64_t>{ffn, ffn} : std::vector<int64_t>{});
     if (on_cuda()) {
       MlpSpec spec;
       fill_spec(spec);

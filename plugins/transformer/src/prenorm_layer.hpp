@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "common.hpp"
 #include "layer_specs.hpp"
@@ -70,7 +72,14 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
   // Declares the parameters in the order the calls read them, after norm_ is read: the norm's
   // weight (ones) and, for LayerNorm, bias (zeros), neither decayed; W_in [in_rows, C] and W_out
   // [C, mid_cols], normal with std init_method_std and `out_std`.
-  void add_parameters(const ParameterNames& names, int64_t in_rows, int64_t mid_cols, double out_std) {
+  //
+  // Tensor parallelism (Megatron's column- and row-parallel pair): in_rows and mid_cols are this
+  // rank's share; W_in is split on its rows, whose whole layout is the parts `in_parts` (whole
+  // sizes; empty: one part), W_out on its columns. The norm's parameters are whole on every rank.
+  // The forward's output is then a partial sum, all-reduced over tp; so is the backward's
+  // gradient of the norm's output, before the norm's backward.
+  void add_parameters(const ParameterNames& names, int64_t in_rows, int64_t mid_cols, double out_std,
+                      std::vector<int64_t> in_parts = {}) {
     const int64_t c = this->hidden_;
     this->params_.push_back(make_param(names.norm_weight, {c}, PLX_INIT_ONES, 0, PLX_PARAM_NO_WEIGHT_DECAY));
     this->params_.back().te_name = names.norm_weight_te;
@@ -79,8 +88,11 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
       this->params_.back().te_name = names.norm_bias_te;
     }
     projections_ = {static_cast<uint32_t>(this->params_.size()), in_rows, mid_cols};
+    in_parts_ = std::move(in_parts);
     this->params_.push_back(make_param(names.in, {in_rows, c}, PLX_INIT_NORMAL, init_std_, 0));
+    mark_split(this->params_.back(), 0, in_parts_);
     this->params_.push_back(make_param(names.out, {c, mid_cols}, PLX_INIT_NORMAL, out_std, 0));
+    mark_split(this->params_.back(), 1, {});
   }
 
   // The parts of a device implementation's spec this class knows (and TransformerLayer's).
@@ -101,6 +113,7 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
   NormSpec norm_;
   double init_std_ = 0;  // init_method_std
   Projections projections_;
+  std::vector<int64_t> in_parts_;  // W_in's whole row parts (tensor parallelism)
 
  private:
   template <class T>
@@ -139,6 +152,20 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
     self().template core_forward<T>(st, t, train, in, mid);
     kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::T, t.n, c, pr.mid_cols, T(1), mid,
                               pr.mid_cols, w_out, pr.mid_cols, T(0), data<T>(args.outputs[0]), c);
+    this->tp_.all_reduce(args.outputs[0]);  // row-parallel: the ranks' partial sums
+  }
+
+  // The norm output's gradient du = d_in W_in into `du` [n, C], summed over tp (each rank's W_in
+  // holds its rows only), and started: the caller finishes the returned request once it has
+  // computed what does not need du (Megatron overlaps it with the weight gradient).
+  template <class T>
+  plx_request norm_output_gradient(int64_t n, const T* d_in, const T* w_in, T* du) {
+    const int64_t c = this->hidden_;
+    kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::N, n, c, projections_.in_rows, T(1), d_in,
+                              projections_.in_rows, w_in, c, T(0), du, c);
+    int64_t shape[2] = {n, c};
+    DLTensor view{du, this->device_, 2, dtype_of(precision_v<T>), shape, nullptr, 0};
+    return this->tp_.start_all_reduce(view);
   }
 
   // With PLX_BACKWARD_SKIP_WEIGHT_GRADS: the input gradient only, and the weight gradients'
@@ -174,8 +201,7 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
       // The input gradient now; the norm's weight gradients from the same du later (the kernel
       // sums the same partial products whether or not it also writes dx).
       T* du = st.du.template get<T>(sz(t.n * c));
-      kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::N, t.n, c, pr.in_rows, T(1), d_in,
-                                pr.in_rows, w_in, c, T(0), du, c);
+      this->tp_.finish(norm_output_gradient<T>(t.n, d_in, w_in, du));
       if (io.dx != nullptr)
         norm_.template backward<T>(t.n, du, st.xhat.template data<T>(), st.rstd.template data<T>(), w_norm,
                                    io.dx, nullptr, nullptr);
@@ -183,15 +209,17 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
     }
     T* dw_norm = Base::template grad_or_null<T>(args.param_grads, 0);
     T* db_norm = norm_.rms ? nullptr : Base::template grad_or_null<T>(args.param_grads, 1);
-    T* work = work_buf.get<T>(sz(t.n * c));  // u, then du
-    input_projection_weights<T>(t.n, d_in, w_norm, b_norm, st.xhat.template data<T>(), work,
+    const bool norm_backward = io.dx != nullptr || dw_norm != nullptr || db_norm != nullptr;
+    // du's sum over tp runs while this rank computes W_in's gradient.
+    T* du = norm_backward ? work_buf.get<T>(sz(t.n * c)) : nullptr;
+    const plx_request du_summed = norm_backward ? norm_output_gradient<T>(t.n, d_in, w_in, du) : nullptr;
+    kernels::Buffer u;
+    input_projection_weights<T>(t.n, d_in, w_norm, b_norm, st.xhat.template data<T>(), u.get<T>(sz(t.n * c)),
                                 Base::template grad_or_null<T>(args.param_grads, pr.in_index));
-    if (io.dx != nullptr || dw_norm != nullptr || db_norm != nullptr) {
-      kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::N, t.n, c, pr.in_rows, T(1), d_in,
-                                pr.in_rows, w_in, c, T(0), work, c);
-      norm_.template backward<T>(t.n, work, st.xhat.template data<T>(), st.rstd.template data<T>(), w_norm,
+    this->tp_.finish(du_summed);
+    if (norm_backward)
+      norm_.template backward<T>(t.n, du, st.xhat.template data<T>(), st.rstd.template data<T>(), w_norm,
                                  io.dx, dw_norm, db_norm);
-    }
   }
 
   // The weight gradients a backward with PLX_BACKWARD_SKIP_WEIGHT_GRADS left out, from what it

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define PLX_ABI_MAJOR 1
-#define PLX_ABI_MINOR 7
+#define PLX_ABI_MINOR 8
 #define PLX_MAKE_VERSION(major, minor) ((((uint32_t)(major)) << 16) | ((uint32_t)(minor)&0xFFFFu))
 #define PLX_VERSION_MAJOR(version) ((uint32_t)(version) >> 16)
 #define PLX_VERSION_MINOR(version) ((uint32_t)(version)&0xFFFFu)
@@ -54,18 +54,30 @@ typedef int32_t plx_status;
 
 static inline const char* plx_status_name(plx_status status) {
   switch (status) {
-    case PLX_OK: return "ok";
-    case PLX_ERR_INVALID_ARGUMENT: return "invalid argument";
-    case PLX_ERR_OUT_OF_MEMORY: return "out of memory";
-    case PLX_ERR_UNSUPPORTED: return "unsupported";
-    case PLX_ERR_NOT_FOUND: return "not found";
-    case PLX_ERR_VERSION: return "version mismatch";
-    case PLX_ERR_INTERNAL: return "internal error";
-    case PLX_ERR_COMM: return "communication error";
-    case PLX_ERR_TIMEOUT: return "timeout";
-    case PLX_ERR_NUMERIC: return "non-finite value";
-    case PLX_ERR_IO: return "i/o error";
-    default: return "unknown status";
+    case PLX_OK:
+      return "ok";
+    case PLX_ERR_INVALID_ARGUMENT:
+      return "invalid argument";
+    case PLX_ERR_OUT_OF_MEMORY:
+      return "out of memory";
+    case PLX_ERR_UNSUPPORTED:
+      return "unsupported";
+    case PLX_ERR_NOT_FOUND:
+      return "not found";
+    case PLX_ERR_VERSION:
+      return "version mismatch";
+    case PLX_ERR_INTERNAL:
+      return "internal error";
+    case PLX_ERR_COMM:
+      return "communication error";
+    case PLX_ERR_TIMEOUT:
+      return "timeout";
+    case PLX_ERR_NUMERIC:
+      return "non-finite value";
+    case PLX_ERR_IO:
+      return "i/o error";
+    default:
+      return "unknown status";
   }
 }
 

@@ -47,6 +47,9 @@ typedef struct plx_stage_info {
  * the gradient norm and the finiteness check, and keeps it whole on every rank. The layer changes
  * it itself, in after_step, identically on every rank. Its grad_group must be NULL. */
 #define PLX_PARAM_BUFFER (1u << 3)
+/* ABI 1.8: the parameter is this rank's shard of a tensor split over the "tp" group: see tp_dim,
+ * tp_num_parts and tp_part_sizes in plx_param_spec. */
+#define PLX_PARAM_TENSOR_PARALLEL (1u << 4)
 
 /* How the host initializes a parameter, with its counter-based RNG keyed by the run's seed and
  * the parameter's full name (so initialization does not depend on device or load order). */
@@ -60,10 +63,10 @@ typedef struct plx_stage_info {
 
 typedef struct plx_param_spec {
   uint32_t struct_size;
-  uint32_t flags;           /* PLX_PARAM_* */
-  const char* name;         /* checkpoint name within the layer, e.g. "linear_qkv.weight" */
-  plx_tensor_desc desc;     /* shape and master dtype (fp32) */
-  uint32_t init;            /* PLX_INIT_* */
+  uint32_t flags;       /* PLX_PARAM_* */
+  const char* name;     /* checkpoint name within the layer, e.g. "linear_qkv.weight" */
+  plx_tensor_desc desc; /* shape and master dtype (fp32) */
+  uint32_t init;        /* PLX_INIT_* */
   uint32_t reserved;
   double init_a;
   double init_b;
@@ -77,10 +80,26 @@ typedef struct plx_param_spec {
    * ("input_layernorm.weight" is "self_attention.linear_qkv.layer_norm_weight"). Checkpoints are
    * written in the spelling checkpoint.names chooses and read in either. NULL: one spelling. */
   const char* te_name;
+
+  /* ---- ABI 1.8: tensor parallelism ---- */
+  /* With PLX_PARAM_TENSOR_PARALLEL, desc is this rank's shard of a whole tensor split over the
+   * "tp" group (t ranks) along dimension tp_dim. Along that dimension the whole tensor is
+   * tp_num_parts consecutive parts of whole sizes tp_part_sizes (each divisible by t; 0 parts:
+   * one, the whole dimension); rank r's shard is, part after part, slice r of the part's t equal
+   * slices. One part is Megatron's plain column or row split (linear_qkv by query groups, fc2,
+   * the vocabulary); two parts of F rows are SwiGLU's fc1, [gate_r; up_r] on rank r; five are
+   * Mamba's in_proj [z_r, x_r, B_r, C_r, dt_r]. The host initializes, checkpoints and reshards
+   * the WHOLE tensor (a PLX_INIT_CUSTOM init_param gets the whole tensor, the host keeps the
+   * shard), so a run starts from the same values and writes the same files at every t; it sums
+   * the shards' squares over tp in the gradient norm. tp_part_sizes stays valid while the layer
+   * lives. Without the flag the parameter is whole and replicated on every tp rank. */
+  int32_t tp_dim;
+  uint32_t tp_num_parts;
+  const int64_t* tp_part_sizes;
 } plx_param_spec;
 
 /* Layer flags (plx_layer_info.flags). */
-#define PLX_LAYER_PRODUCES_LOSS (1u << 0) /* output 0 is a scalar loss; backward seeds from it */
+#define PLX_LAYER_PRODUCES_LOSS (1u << 0)   /* output 0 is a scalar loss; backward seeds from it */
 #define PLX_LAYER_HAS_OUTPUT_BIAS (1u << 1) /* output 1 is F's output bias, for fused bias-add */
 
 typedef struct plx_layer_info {
@@ -173,7 +192,7 @@ static inline double plx_backward_loss_scale(const plx_backward_args* args) {
 typedef struct plx_step_args {
   uint32_t struct_size;
   uint32_t num_params;
-  int64_t step;     /* the optimizer step just taken, 0-based */
+  int64_t step; /* the optimizer step just taken, 0-based */
   /* Parameter values in plx_param_spec order, writable (for the buffers). Under a data-parallel
    * strategy that shards parameters (plexus/data_parallel.h) only the buffers are whole here: the
    * other entries have data NULL. */
@@ -229,7 +248,9 @@ PLX_PIN_OFFSET(plx_param_spec, desc, 16);
 PLX_PIN_OFFSET(plx_param_spec, init, 88);
 PLX_PIN_OFFSET(plx_param_spec, grad_group, 112);
 PLX_PIN_OFFSET(plx_param_spec, te_name, 120); /* ABI 1.6 */
-PLX_PIN_SIZE(plx_param_spec, 128);
+PLX_PIN_OFFSET(plx_param_spec, tp_dim, 128);  /* ABI 1.8 */
+PLX_PIN_OFFSET(plx_param_spec, tp_part_sizes, 136);
+PLX_PIN_SIZE(plx_param_spec, 144);
 PLX_PIN_SIZE(plx_layer_info, 24);
 PLX_PIN_OFFSET(plx_layer_create_args, device, 16);
 PLX_PIN_OFFSET(plx_layer_create_args, residual_layers, 40); /* ABI 1.6 */

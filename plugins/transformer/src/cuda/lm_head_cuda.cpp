@@ -53,7 +53,7 @@ class LmHeadCuda final : public CudaLayer<LmHeadCuda, HeadSpec, HeadState> {
   template <class T>
   void run_forward(HeadState& st, const plx_forward_args& args, Context::Scope& scope) {
     const DLTensor& x = args.inputs[0];
-    const int64_t c = spec_.hidden, v = spec_.vocab;
+    const int64_t c = spec_.hidden, v = spec_.rows;  // the padded vocabulary's rows
     int64_t batch = 0, seq = 0;
     expect_hidden(x, device(), dtype_v<T>(), c, "input 0 (hidden states)", batch, seq);
     expect_tensor(args.inputs[1], device(), plx_dtype_i32(), {batch, seq}, "input 1 (targets)");
@@ -75,7 +75,7 @@ class LmHeadCuda final : public CudaLayer<LmHeadCuda, HeadSpec, HeadState> {
     Arena temp(device());
     Arena& keep = train ? st.memory : temp;
     auto* bad = temp.take<int64_t>(1, stream);
-    ck::first_invalid_id(n, targets, v, true, kIgnore, bad, stream);
+    ck::first_invalid_id(n, targets, spec_.vocab, true, kIgnore, bad, stream);
     const T* w = operand_as<T>(data<float>(args.params[0]), v * c, keep, stream);
     ck::gemm<T, float>(h, Trans::N, Trans::T, n, v, c, 1.0f, hidden, c, w, c, 0.0f, logits, v);
     ck::CrossEntropyOutputs ce;
@@ -97,7 +97,7 @@ class LmHeadCuda final : public CudaLayer<LmHeadCuda, HeadSpec, HeadState> {
     st.w = train && act_v<T> == Act::bf16 ? w : nullptr;
     if (const int64_t first = read_back(bad, stream); first >= 0) {
       st.record.saved = false;
-      throw_invalid_target(read_back(targets + first, stream), first, seq, v);
+      throw_invalid_target(read_back(targets + first, stream), first, seq, spec_.vocab);
     }
   }
 
@@ -105,7 +105,7 @@ class LmHeadCuda final : public CudaLayer<LmHeadCuda, HeadSpec, HeadState> {
   void run_backward(HeadState& st, const plx_backward_args& args, Context::Scope& scope) {
     // Seeded by the loss alone: the sizes are the forward's.
     st.record.expect(st.record.batch, st.record.seq, act_v<T>);
-    const int64_t c = spec_.hidden, v = spec_.vocab, batch = st.record.batch, seq = st.record.seq;
+    const int64_t c = spec_.hidden, v = spec_.rows, batch = st.record.batch, seq = st.record.seq;
     const int64_t n = batch * seq;
     // grad output 0: dL/dloss as a [1] float32 device tensor (the engine's seed), for either
     // activation type: the loss is float32.

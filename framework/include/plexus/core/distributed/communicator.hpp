@@ -4,6 +4,8 @@
 // account (for a timeout: the ranks that did not take part).
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -41,6 +43,23 @@ class Request {
   void* handle_ = nullptr;
 };
 
+// The bytes of a tensor's elements.
+uint64_t tensor_bytes(const DLTensor& t) noexcept;
+
+// The kinds of call a communicator counts (Communicator::traffic).
+enum class Collective : uint8_t { all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send, recv };
+inline constexpr std::size_t kCollectiveKinds = 7;
+const char* collective_name(Collective kind) noexcept;
+
+// What a communicator's calls carried since it was made, per kind: the calls and their payload
+// bytes on this rank, the n of each collective's cost (docs/distributed.md): an all-reduce's or a
+// broadcast's buffer, an all-gather's gathered tensor, a reduce-scatter's scattered one, the
+// elements an all-to-all sends, a send's or receive's buffer. A ring moves 2 (size - 1) / size of
+// an all-reduce's n per rank, and (size - 1) / size of an all-gather's or reduce-scatter's.
+struct Traffic {
+  std::array<uint64_t, kCollectiveKinds> calls{}, bytes{};
+};
+
 class Communicator {
  public:
   // Takes ownership of `handle`, a communicator `component` created.
@@ -74,7 +93,13 @@ class Communicator {
 
   void check(const char* operation, plx_status status) const;
 
+  // Counts a call of `kind` carrying `bytes` (the engine's calls count themselves; the host counts
+  // the plugins' calls through plx_host_api's group functions). Any thread.
+  void count(Collective kind, uint64_t bytes) const noexcept;
+  Traffic traffic() const noexcept;
+
  private:
+  mutable std::array<std::atomic<uint64_t>, kCollectiveKinds> calls_{}, bytes_{};
   const Component* component_;
   const plx_comm_v1* table_;
   void* handle_;

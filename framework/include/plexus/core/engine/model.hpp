@@ -43,6 +43,10 @@ struct MhcSettings {
 // The model section of a run config with derived values filled in (0 = "derive").
 struct ModelSettings {
   int64_t vocab_size = 0;
+  // Megatron's padding: rows of the embedding and output layer, a multiple of
+  // make_vocab_size_divisible_by x tp (set by the model, which knows tp; vocab_size until then).
+  int64_t make_vocab_size_divisible_by = 1;
+  int64_t padded_vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t num_layers = 0;
   int64_t num_attention_heads = 0;
@@ -58,6 +62,9 @@ struct ModelSettings {
   MhcSettings mhc;
 
   static ModelSettings from_run_config(const boost::json::value& run_config);
+  // Sets padded_vocab_size for `tp` tensor-parallel ranks and tells the layers
+  // (model_config.padded_vocab_size).
+  void pad_vocabulary(int64_t tp);
 };
 
 // One microbatch of token ids and next-token targets, int32 [batch, seq].
@@ -107,6 +114,11 @@ struct ModelOptions {
   // this rank holds every chunk there is.
   const distributed::Communicator* pipeline_group = nullptr;
   uint32_t model_chunks = 1;
+  // Tensor parallelism: the "tp" group its layers split their parameters over (nullptr: none).
+  const distributed::Communicator* tensor_group = nullptr;
+  // Without a group: the tp size whose vocabulary padding the model takes (plexus model show --tp
+  // shows a model laid out for tp ranks from one process).
+  int64_t padding_tp = 1;
 };
 
 class StepProfile;
@@ -127,6 +139,8 @@ class Model {
   const ModelSettings& settings() const noexcept { return settings_; }
   // The whole model's decoder, as the stack describes it (this rank may hold part of it).
   const DecoderPlan& plan() const noexcept { return plan_; }
+  // The tensor-parallel group (ModelOptions::tensor_group), or nullptr when the layers are whole.
+  const distributed::Communicator* tensor_group() const noexcept { return tensor_group_; }
   // Where the parameters live and the layers run (run.device).
   DLDevice device() const noexcept { return device_; }
   ParameterStore& parameters() noexcept { return params_; }
@@ -218,7 +232,10 @@ class Model {
     std::string component;
     int64_t physical = -1, logical = -1, segment = -1;  // decoder layers only (an MTP depth's: within it)
     uint32_t mtp_depth = 0;                             // k >= 1: a unit of the k-th MTP depth
-    int64_t parameters = 0;                             // elements, the connection's included
+    int64_t parameters = 0;  // elements of the whole model's unit, the connection's included
+    // Of those, the elements of tensor-parallel parameters, which tp ranks divide: a rank holds
+    // parameters - tensor_parallel + tensor_parallel / tp (plexus model show --tp).
+    int64_t tensor_parallel = 0;
     // The checkpoint names of its parameters and the connection's, in both spellings where a layer
     // declares a second (plx_param_spec.te_name): what a checkpoint holds of this unit.
     std::vector<std::string> tensor_names;
@@ -266,6 +283,7 @@ class Model {
   std::unique_ptr<Run> forward_only(const Batch& batch);
   void note_in_flight();
   void initialize_one(std::size_t param, uint64_t seed);
+  std::vector<float> vocabulary_row(std::size_t head_unit, std::vector<float> local) const;
 
   ModelSettings settings_;
   DecoderPlan plan_;
@@ -275,6 +293,7 @@ class Model {
   std::unique_ptr<Connection> connection_;
   std::unique_ptr<ParameterResidency> residency_;
   std::unique_ptr<PipelineLink> link_;  // pipelined: the transfers between stages
+  const distributed::Communicator* tensor_group_ = nullptr;
   std::unique_ptr<ConfigHandle> model_config_;
   std::vector<std::unique_ptr<Unit>> units_;  // every chunk's, in forward order
   std::vector<Chunk> chunks_;

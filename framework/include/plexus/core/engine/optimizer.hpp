@@ -45,6 +45,12 @@ class AdamW {
   void set_divided_sum(std::function<double(double)> sum_over_holders) {
     divided_sum_ = std::move(sum_over_holders);
   }
+  // Tensor parallelism: a split parameter (Parameter::tp) is a shard, so the global norm adds the
+  // shards' squares over the tp group, which this function returns for this rank's part; the
+  // parameters every tp rank holds whole count once. Unset: nothing is split.
+  void set_tensor_parallel_sum(std::function<double(double)> sum_over_tp) {
+    tp_sum_ = std::move(sum_over_tp);
+  }
   // Pipeline parallelism: each stage holds part of the model, so the global norm adds every
   // stage's parameters. `ordered_sum` takes this stage's squared norm of each parameter (by
   // parameter; 0 for those not counted) and returns the sum over every stage in the whole model's
@@ -72,6 +78,7 @@ class AdamW {
   std::function<double(double)> divided_sum_;
   std::function<double(const std::vector<double>&)> ordered_sum_;
   std::function<double(double)> stage_sum_;
+  std::function<double(double)> tp_sum_;
   std::vector<bool> counted_;
 };
 

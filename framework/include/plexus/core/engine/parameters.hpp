@@ -14,6 +14,25 @@
 
 namespace plexus {
 
+// How a parameter is cut over the tensor-parallel group (plx_param_spec's tp fields, ABI 1.8):
+// along `dim` the whole tensor is the consecutive `parts` (whole sizes), and rank r holds, part
+// after part, slice r of each part's `size` equal slices.
+struct TensorSplit {
+  int32_t dim = -1;            // -1: whole, the same on every tp rank
+  std::vector<int64_t> parts;  // whole sizes along dim, summing to the whole dimension
+  int32_t rank = 0, size = 1;  // this rank in the tp group
+  bool split() const noexcept { return dim >= 0 && size > 1; }
+  // Declared as a tensor-parallel shard (split over tp when tp > 1).
+  bool tensor_parallel() const noexcept { return dim >= 0; }
+};
+
+// The whole tensor's shape from a shard's.
+std::vector<int64_t> whole_shape(const std::vector<int64_t>& shard_shape, const TensorSplit& split);
+// Rank `rank`'s shard of `whole` into `shard` (host float32 tensors of the whole and shard shapes).
+void copy_shard(const Tensor& whole, const TensorSplit& split, int32_t rank, Tensor& shard);
+// The inverse: rank `rank`'s `shard` into its places in `whole`.
+void place_shard(const Tensor& shard, const TensorSplit& split, int32_t rank, Tensor& whole);
+
 struct Parameter {
   std::string name;  // full checkpoint name, e.g. "decoder.layers.0.mlp.linear_fc1.weight"
   // Its full name in Megatron's Transformer Engine spelling, when its layer declares one
@@ -23,9 +42,14 @@ struct Parameter {
   uint32_t init = 0;
   double init_a = 0;
   double init_b = 0;
-  std::string declared_by;  // the unit that declared it first (for messages)
-  std::string grad_group;   // the group its gradient is averaged over (plx_param_spec.grad_group; "dp")
+  std::string declared_by;     // the unit that declared it first (for messages)
+  std::string grad_group;      // the group its gradient is averaged over (plx_param_spec.grad_group; "dp")
   std::vector<int64_t> shape;  // as declared; value and grad have it whenever they are not empty
+  // Tensor parallelism: shape is this rank's shard of a tensor of whole_shape cut as tp says
+  // (whole_shape == shape for a parameter every tp rank holds whole). Initialization and
+  // checkpoints work on the whole tensor.
+  TensorSplit tp;
+  std::vector<int64_t> whole_shape;
   // Under a data-parallel strategy value and grad are views into the strategy's buffers while
   // their unit is acquired, and empty otherwise (engine/sharded_parameters.hpp).
   Tensor value;
@@ -33,6 +57,12 @@ struct Parameter {
   int64_t numel() const noexcept {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
+    return n;
+  }
+  // The whole tensor's elements (numel() on every rank without tensor parallelism).
+  int64_t whole_numel() const noexcept {
+    int64_t n = 1;
+    for (int64_t d : whole_shape) n *= d;
     return n;
   }
   bool decays() const noexcept { return (flags & PLX_PARAM_NO_WEIGHT_DECAY) == 0; }
@@ -51,6 +81,12 @@ class ParameterStore {
   // data-parallel strategy will hold them (engine/sharded_parameters.hpp), so a rank never
   // allocates the whole model.
   void set_deferred(bool deferred) noexcept { deferred_ = deferred; }
+  // This rank's place in the tensor-parallel group ("tp"), for parameters declared from now on.
+  void set_tensor_parallel(int32_t rank, int32_t size) noexcept {
+    tp_rank_ = rank;
+    tp_size_ = size;
+  }
+  int32_t tensor_parallel_size() const noexcept { return tp_size_; }
   std::size_t size() const noexcept { return params_.size(); }
   Parameter& operator[](std::size_t i) { return *params_[i]; }
   const Parameter& operator[](std::size_t i) const { return *params_[i]; }
@@ -62,10 +98,12 @@ class ParameterStore {
   std::vector<std::unique_ptr<Parameter>> params_;
   DLDevice device_{kDLCPU, 0};
   bool deferred_ = false;
+  int32_t tp_rank_ = 0, tp_size_ = 1;
 };
 
 // Fills a parameter from its init spec with the counter-based RNG keyed by (seed, name), so a
-// parameter's initial values do not depend on device, thread count or declaration order.
+// parameter's initial values do not depend on device, thread count or declaration order. A
+// tensor-parallel shard gets its slice of the whole tensor's values: the same at every tp size.
 void initialize_parameter(Parameter& param, uint64_t seed);
 
 }  // namespace plexus

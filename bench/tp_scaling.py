@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Tensor parallelism on this machine's cores: the same model and global batch trained by one
+process (one thread, then every core) and by tp ranks under mpirun (one thread each), with what
+each rank holds.
+
+  /usr/bin/python3 bench/tp_scaling.py --data PREFIX [--tp 2] [--steps 30] [--repeats 3]
+
+PREFIX is a dataset of `plexus data prepare` (the byte tokenizer's 256 ids). Prints per run the
+median step time and tokens/s over steps 11.. (the median of --repeats runs), rank 0's bytes of
+parameters, gradients and AdamW moments, its peak resident memory, and the tp group's all-reduce
+payload per step from the step records.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN = os.path.join(ROOT, "build", "bin", "plexus-train")
+MODEL = ["model.num_layers=4", "model.hidden_size=256", "model.num_attention_heads=8", "model.seq_length=256",
+         "train.micro_batch_size=8", "train.microbatches=2", "optimizer.clip_grad=1.0"]
+
+
+def run(label, tp, threads, args, out_root):
+    out = os.path.join(out_root, label)
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [TRAIN, "--set", f"data.path={args.data}", "--set", f"run.output_dir={out}", "--set",
+           f"train.steps={args.steps}", "--set", "train.eval_interval=0", "--set", "sample.tokens=0",
+           "--set", "checkpoint.interval=0", "--set", "run.adapt_threads=false"]
+    for key in MODEL:
+        cmd += ["--set", key]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    if tp > 1:
+        cmd += ["--set", "distributed.topology.options={\"tp\": %d}" % tp]
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(tp), "-x", "OMP_NUM_THREADS"] + cmd
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace")
+    if done.returncode != 0:
+        sys.exit(f"tp_scaling.py: {label} failed:\n{done.stdout}{done.stderr}")
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    steps = [r for r in records if r["event"] == "step"][10:]
+    memory = [r for r in records if r["event"] == "step" and "memory_per_rank" in r][-1]["memory_per_rank"][0]
+    comm = steps[-1].get("comm", {}).get("tp", {}).get("all_reduce", {"calls": 0, "bytes": 0})
+    return {
+        "ms": statistics.median(r["step_seconds"] for r in steps) * 1e3,
+        "tokens_per_s": statistics.median(r["tokens_per_s"] for r in steps),
+        "state_mb": (memory["parameter_bytes"] + memory["gradient_bytes"] + memory["optimizer_bytes"]) / 2**20,
+        "resident_mb": memory["peak_resident_bytes"] / 2**20,
+        "tp_all_reduce_mb": comm["bytes"] / 2**20,
+        "tp_all_reduce_calls": comm["calls"],
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--tp", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    if args.steps <= 10:
+        sys.exit("tp_scaling.py: --steps must exceed 10 (the first 10 are warm-up)")
+    cores = os.cpu_count() or 1
+    runs = [("tp 1, 1 thread", 1, 1), (f"tp 1, {cores} threads", 1, cores),
+            (f"tp {args.tp}, {args.tp} ranks x 1 thread", args.tp, 1)]
+    with tempfile.TemporaryDirectory() as out_root:
+        results = {label: [] for label, _, _ in runs}
+        for _ in range(args.repeats):  # interleaved, so a slow spell of the machine hits every run
+            for label, tp, threads in runs:
+                results[label].append(run(label.replace(" ", "_").replace(",", ""), tp, threads, args, out_root))
+    print("model: " + ", ".join(MODEL))
+    print(f"{'run':<28} {'step ms':>8} {'tokens/s':>9} {'state MiB/rank':>15} {'peak RSS MiB':>13} "
+          f"{'tp AR MiB/step':>15} {'calls':>6}")
+    for label, _, _ in runs:
+        rs = results[label]
+        med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        print(f"{label:<28} {med['ms']:8.1f} {med['tokens_per_s']:9.0f} {med['state_mb']:15.2f} "
+              f"{med['resident_mb']:13.1f} {med['tp_all_reduce_mb']:15.2f} {med['tp_all_reduce_calls']:6.0f}")
+
+
+if __name__ == "__main__":
+    main()
