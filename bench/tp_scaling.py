@@ -7,8 +7,8 @@ each rank holds.
 
 PREFIX is a dataset of `plexus data prepare` (the byte tokenizer's 256 ids). Prints per run the
 median step time and tokens/s over steps 11.. (the median of --repeats runs), rank 0's bytes of
-parameters, gradients and AdamW moments, its peak resident memory, and the tp group's all-reduce
-payload per step from the step records.
+parameters, gradients and AdamW moments, its peak resident memory, and the tp group's payload
+per step from the step records (all-reduces; with sequence parallelism gathers and scatters too).
 """
 import argparse
 import json
@@ -25,7 +25,7 @@ MODEL = ["model.num_layers=4", "model.hidden_size=256", "model.num_attention_hea
          "train.micro_batch_size=8", "train.microbatches=2", "optimizer.clip_grad=1.0"]
 
 
-def run(label, tp, threads, args, out_root):
+def run(label, tp, threads, args, out_root, sequence_parallel=False):
     out = os.path.join(out_root, label)
     shutil.rmtree(out, ignore_errors=True)
     cmd = [TRAIN, "--set", f"data.path={args.data}", "--set", f"run.output_dir={out}", "--set",
@@ -34,6 +34,8 @@ def run(label, tp, threads, args, out_root):
     for key in MODEL:
         cmd += ["--set", key]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    if sequence_parallel:
+        cmd += ["--set", "model.sequence_parallel=true"]
     if tp > 1:
         cmd += ["--set", "distributed.topology.options={\"tp\": %d}" % tp]
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -45,14 +47,15 @@ def run(label, tp, threads, args, out_root):
         records = [json.loads(line) for line in f]
     steps = [r for r in records if r["event"] == "step"][10:]
     memory = [r for r in records if r["event"] == "step" and "memory_per_rank" in r][-1]["memory_per_rank"][0]
-    comm = steps[-1].get("comm", {}).get("tp", {}).get("all_reduce", {"calls": 0, "bytes": 0})
+    tp_calls = steps[-1].get("comm", {}).get("tp", {})  # all-reduces, and under SP gathers and scatters
+    comm = {"calls": sum(c["calls"] for c in tp_calls.values()), "bytes": sum(c["bytes"] for c in tp_calls.values())}
     return {
         "ms": statistics.median(r["step_seconds"] for r in steps) * 1e3,
         "tokens_per_s": statistics.median(r["tokens_per_s"] for r in steps),
         "state_mb": (memory["parameter_bytes"] + memory["gradient_bytes"] + memory["optimizer_bytes"]) / 2**20,
         "resident_mb": memory["peak_resident_bytes"] / 2**20,
-        "tp_all_reduce_mb": comm["bytes"] / 2**20,
-        "tp_all_reduce_calls": comm["calls"],
+        "tp_mb": comm["bytes"] / 2**20,
+        "tp_calls": comm["calls"],
     }
 
 
@@ -66,21 +69,23 @@ def main():
     if args.steps <= 10:
         sys.exit("tp_scaling.py: --steps must exceed 10 (the first 10 are warm-up)")
     cores = os.cpu_count() or 1
-    runs = [("tp 1, 1 thread", 1, 1), (f"tp 1, {cores} threads", 1, cores),
-            (f"tp {args.tp}, {args.tp} ranks x 1 thread", args.tp, 1)]
+    runs = [("tp 1, 1 thread", 1, 1, False), (f"tp 1, {cores} threads", 1, cores, False),
+            (f"tp {args.tp}, {args.tp} ranks x 1 thread", args.tp, 1, False),
+            (f"tp {args.tp} + SP, {args.tp} ranks x 1 thread", args.tp, 1, True)]
     with tempfile.TemporaryDirectory() as out_root:
-        results = {label: [] for label, _, _ in runs}
+        results = {label: [] for label, *_ in runs}
         for _ in range(args.repeats):  # interleaved, so a slow spell of the machine hits every run
-            for label, tp, threads in runs:
-                results[label].append(run(label.replace(" ", "_").replace(",", ""), tp, threads, args, out_root))
+            for label, tp, threads, sp in runs:
+                name = label.replace(" ", "_").replace(",", "").replace("+", "")
+                results[label].append(run(name, tp, threads, args, out_root, sp))
     print("model: " + ", ".join(MODEL))
-    print(f"{'run':<28} {'step ms':>8} {'tokens/s':>9} {'state MiB/rank':>15} {'peak RSS MiB':>13} "
-          f"{'tp AR MiB/step':>15} {'calls':>6}")
-    for label, _, _ in runs:
+    print(f"{'run':<33} {'step ms':>8} {'tokens/s':>9} {'state MiB/rank':>15} {'peak RSS MiB':>13} "
+          f"{'tp MiB/step':>12} {'calls':>6}")
+    for label, *_ in runs:
         rs = results[label]
         med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-        print(f"{label:<28} {med['ms']:8.1f} {med['tokens_per_s']:9.0f} {med['state_mb']:15.2f} "
-              f"{med['resident_mb']:13.1f} {med['tp_all_reduce_mb']:15.2f} {med['tp_all_reduce_calls']:6.0f}")
+        print(f"{label:<33} {med['ms']:8.1f} {med['tokens_per_s']:9.0f} {med['state_mb']:15.2f} "
+              f"{med['resident_mb']:13.1f} {med['tp_mb']:12.2f} {med['tp_calls']:6.0f}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "mpi_launch.hpp"
@@ -51,6 +52,9 @@ const std::string kSwigluGqaUntied =
     " --set model.activation=swiglu --set model.num_query_groups=2"
     " --set model.untie_embeddings_and_output_weights=true";
 constexpr double kTolerance = 1e-6;
+// Megatron's sequence parallelism: between the tensor-parallel regions each rank holds its block
+// of the tokens.
+const std::string kSequenceParallel = " --set model.sequence_parallel=true";
 constexpr int kSteps = 20;
 
 std::string tensor_parallel(int tp, const std::string& more = "") {
@@ -87,7 +91,8 @@ PLEXUS_SKIP_MODULE_UNLESS(plexus::test::have_mpirun() && plexus::test::comm_mpi_
                           "needs mpirun and the comm_mpi plugin (a build with MPI)")
 
 // The GPT (GeLU, tied embeddings) at tp = 2 and 4, and with SwiGLU, two query groups and untied
-// embeddings at tp = 2: losses, weights and Adam moments within 1e-6 of tp = 1 after 20 steps.
+// embeddings at tp = 2, each with and without sequence parallelism: losses, weights and Adam
+// moments within 1e-6 of tp = 1 after 20 steps.
 // The checkpoints hold the same tensors under the same names and shapes whatever tp was: whole
 // tensors, gathered over tp. The loss falls, so the comparison is of a model that learns.
 BOOST_AUTO_TEST_CASE(gpt_tp_matches_one_rank) {
@@ -96,12 +101,16 @@ BOOST_AUTO_TEST_CASE(gpt_tp_matches_one_rank) {
   train(corpus, root / "tp1", 1, kModel);
   train(corpus, root / "tp2", 2, kModel + tensor_parallel(2));
   train(corpus, root / "tp4", 4, kModel + tensor_parallel(4));
-  expect_close(root / "tp1", root / "tp2", kSteps);
-  expect_close(root / "tp1", root / "tp4", kSteps);
+  train(corpus, root / "tp2_sp", 2, kModel + tensor_parallel(2) + kSequenceParallel);
+  train(corpus, root / "tp4_sp", 4, kModel + tensor_parallel(4) + kSequenceParallel);
+  for (const char* run : {"tp2", "tp4", "tp2_sp", "tp4_sp"}) expect_close(root / "tp1", root / run, kSteps);
 
   train(corpus, root / "swiglu_tp1", 1, kModel + kSwigluGqaUntied);
   train(corpus, root / "swiglu_tp2", 2, kModel + kSwigluGqaUntied + tensor_parallel(2));
+  train(corpus, root / "swiglu_tp2_sp", 2,
+        kModel + kSwigluGqaUntied + tensor_parallel(2) + kSequenceParallel);
   expect_close(root / "swiglu_tp1", root / "swiglu_tp2", kSteps);
+  expect_close(root / "swiglu_tp1", root / "swiglu_tp2_sp", kSteps);
 
   const auto losses = step_losses(root / "tp4" / "metrics.jsonl");
   BOOST_TEST(losses.back() < losses.front());
@@ -124,16 +133,22 @@ BOOST_AUTO_TEST_CASE(mhc_tp_matches_one_rank) {
                           " --set mhc.enabled=true --set mhc.backend=mhc_native";
   train(corpus, root / "tp1", 1, mhc);
   train(corpus, root / "tp2", 2, mhc + tensor_parallel(2));
-  const Difference d = compare_runs(root / "tp1", root / "tp2", kSteps);
-  BOOST_TEST(d.losses <= kTolerance);
-  BOOST_TEST(d.moments <= kTolerance);
-  BOOST_TEST(d.weights <= 1e-3);
+  // Under sequence parallelism the streams are each rank's tokens, and mHC's gradients parts summed
+  // over tp.
+  train(corpus, root / "tp2_sp", 2, mhc + tensor_parallel(2) + kSequenceParallel);
+  for (const char* run : {"tp2", "tp2_sp"}) {
+    const Difference d = compare_runs(root / "tp1", root / run, kSteps);
+    BOOST_TEST(d.losses <= kTolerance);
+    BOOST_TEST(d.moments <= kTolerance);
+    BOOST_TEST(d.weights <= 1e-3);
+  }
 }
 
 // A hybrid of Mamba-2, attention and MLP layers (configs/hybrid.json's pattern, with two groups so
 // that each of 2 ranks holds one): the mixer's in_proj is five parts [z, x, B, C, dt] and its
 // convolution three [x, B, C], each rank holding its heads' share of every part; its checkpoint
-// holds Megatron's whole [z; x; B; C; dt] whatever tp was.
+// holds Megatron's whole [z; x; B; C; dt] whatever tp was. With sequence parallelism, and with a
+// multi-token-prediction depth (its entry and layers on each rank's tokens).
 BOOST_AUTO_TEST_CASE(hybrid_mamba_tp_matches_one_rank) {
   Corpus corpus;
   const fs::path root = corpus.dir.path();
@@ -144,13 +159,20 @@ BOOST_AUTO_TEST_CASE(hybrid_mamba_tp_matches_one_rank) {
                R"("mamba_num_groups": 2, "chunk_size": 16}')";
   train(corpus, root / "tp1", 1, hybrid);
   train(corpus, root / "tp2", 2, hybrid + tensor_parallel(2));
+  train(corpus, root / "tp2_sp", 2, hybrid + tensor_parallel(2) + kSequenceParallel);
   expect_close(root / "tp1", root / "tp2", kSteps);
+  expect_close(root / "tp1", root / "tp2_sp", kSteps);
+  const std::string mtp = hybrid + " --set 'model.pattern=M*M-/*-' --set model.mtp_num_layers=1";
+  train(corpus, root / "mtp_tp1", 1, mtp);
+  train(corpus, root / "mtp_tp2_sp", 2, mtp + tensor_parallel(2) + kSequenceParallel);
+  expect_close(root / "mtp_tp1", root / "mtp_tp2_sp", kSteps);
   BOOST_TEST(step_losses(root / "tp2" / "metrics.jsonl").front() ==
              step_losses(root / "tp1" / "metrics.jsonl").front());
 }
 
 // tp = 2 composed with dp = 2 under ZeRO-3 (4 ranks, each data-parallel rank taking half the
-// microbatches), against one process with every microbatch.
+// microbatches), against one process with every microbatch; with sequence parallelism the norms'
+// partial gradients are summed over tp on each rank's ZeRO shard.
 BOOST_AUTO_TEST_CASE(tp_composes_with_zero3) {
   Corpus corpus;
   const fs::path root = corpus.dir.path();
@@ -160,17 +182,23 @@ BOOST_AUTO_TEST_CASE(tp_composes_with_zero3) {
             " --set train.microbatches=1"
             R"( --set 'distributed.data_parallel.options={"strategy": "optim_grads_params"}')" +
             tensor_parallel(2));
+  train(corpus, root / "tp2_dp2_sp", 4,
+        kModel +
+            " --set train.microbatches=1"
+            R"( --set 'distributed.data_parallel.options={"strategy": "optim_grads_params"}')" +
+            tensor_parallel(2) + kSequenceParallel);
   expect_close(root / "whole", root / "tp2_dp2", kSteps);
+  expect_close(root / "whole", root / "tp2_dp2_sp", kSteps);
 }
 
-// Checkpoints reshard: 10 steps at tp = 2, resumed at tp = 4 for 5 and at tp = 1 for the last 5,
-// ends within 1e-6 of the uninterrupted tp = 1 run.
+// Checkpoints reshard: 10 steps at tp = 2 with sequence parallelism, resumed at tp = 4 for 5 and at
+// tp = 1 for the last 5, ends within 1e-6 of the uninterrupted tp = 1 run.
 BOOST_AUTO_TEST_CASE(resume_across_tp_sizes) {
   Corpus corpus;
   const fs::path root = corpus.dir.path();
   const std::string model = kModel + " --set checkpoint.interval=5";
   train(corpus, root / "whole", 1, model);
-  train(corpus, root / "a", 2, model + tensor_parallel(2) + " --set train.steps=10");
+  train(corpus, root / "a", 2, model + tensor_parallel(2) + kSequenceParallel + " --set train.steps=10");
   train(corpus, root / "b", 4,
         model + tensor_parallel(4) + " --set train.steps=15 --resume " +
             quote((root / "a" / "checkpoints" / step_dir(10)).string()));
@@ -249,6 +277,44 @@ BOOST_AUTO_TEST_CASE(tp_traffic_is_the_formula) {
   BOOST_TEST(bytes2 - 2 * microbatches * 4 * a * f32 == microbatches * (2 * a + 3 * b * s) * f32 + 8);
 }
 
+// The same with sequence parallelism (design: Korthikanti et al. 2022, as Megatron implements it):
+// per decoder layer and microbatch two all-gathers of A forward (the norm's output before
+// linear_qkv and linear_fc1), two reduce-scatters forward (after linear_proj and linear_fc2), and
+// backward two all-gathers of the output gradient, two of the norm output again (Megatron gathers
+// the input anew for the weight gradient rather than keep it) and two reduce-scatters of the
+// norm output's gradient: 6 all-gathers and 4 reduce-scatters of A, Megatron's 10 A (t - 1) / t
+// moved per rank. Beside the layers: the embedding's reduce-scatter forward and all-gather
+// backward, the head's all-gather forward and reduce-scatter backward, the loss's 3 b s values,
+// the gradient norm's float64, and once per step the norms' partial gradients (2 per decoder
+// layer and the final norm, h each) summed over tp in one all-reduce.
+BOOST_AUTO_TEST_CASE(sp_traffic_is_the_formula) {
+  Corpus corpus;
+  const fs::path root = corpus.dir.path();
+  const std::string short_run = kModel + " --set train.steps=3" + kSequenceParallel;
+  train(corpus, root / "l2", 2, short_run + tensor_parallel(2));
+  train(corpus, root / "l4", 2, short_run + " --set model.num_layers=4" + tensor_parallel(2));
+  const auto counted = [](const fs::path& run, const char* kind) {
+    const auto steps = records(run / "metrics.jsonl", "step");
+    BOOST_TEST_REQUIRE(steps.size() == 3u);
+    const auto& c = steps.back().at("comm").at("tp").at(kind);
+    return std::pair{c.at("calls").to_number<int64_t>(), c.at("bytes").to_number<int64_t>()};
+  };
+  const int64_t microbatches = 2, b = 4, s = 32, h = 32, f32 = 4;
+  const int64_t a = b * s * h;
+  for (const auto& [kind, per_layer, beside] : {std::tuple{"all_gather", int64_t{6}, int64_t{2}},
+                                                std::tuple{"reduce_scatter", int64_t{4}, int64_t{2}}}) {
+    const auto [calls2, bytes2] = counted(root / "l2", kind);
+    const auto [calls4, bytes4] = counted(root / "l4", kind);
+    BOOST_TEST((calls4 - calls2) / 2 == microbatches * per_layer, kind);
+    BOOST_TEST((bytes4 - bytes2) / 2 == microbatches * per_layer * a * f32, kind);
+    BOOST_TEST(calls2 - 2 * microbatches * per_layer == microbatches * beside, kind);
+    BOOST_TEST(bytes2 - 2 * microbatches * per_layer * a * f32 == microbatches * beside * a * f32, kind);
+  }
+  const auto [calls, bytes] = counted(root / "l2", "all_reduce");
+  BOOST_TEST(calls == microbatches * 2 + 1 + 1);
+  BOOST_TEST(bytes == microbatches * 3 * b * s * f32 + 8 + (2 * 2 + 1) * h * f32);
+}
+
 // tp = 2 inside each of pp = 2 stages (4 ranks), against one rank: losses within 1e-6, weights and
 // moments within 1e-5. This 4-layer model has elements of fc1 whose gradient is of Adam's eps's
 // size (1e-8): there m / (sqrt(v) + eps) is not the gradient's sign but carries its relative
@@ -263,8 +329,12 @@ BOOST_AUTO_TEST_CASE(tp_composes_with_pipeline_stages) {
                " --set model.num_layers=4";
   train(corpus, root / "whole", 1, pipelined);
   train(corpus, root / "tp2_pp2", 4, pipelined + tensor_parallel(2, ", \"pp\": 2"));
-  const Difference d = compare_runs(root / "whole", root / "tp2_pp2", kSteps);
-  BOOST_TEST(d.losses <= kTolerance);
-  BOOST_TEST(d.weights <= 1e-5);
-  BOOST_TEST(d.moments <= 1e-5);
+  // Under sequence parallelism the stages pass each rank's block of the stream.
+  train(corpus, root / "tp2_pp2_sp", 4, pipelined + tensor_parallel(2, ", \"pp\": 2") + kSequenceParallel);
+  for (const char* run : {"tp2_pp2", "tp2_pp2_sp"}) {
+    const Difference d = compare_runs(root / "whole", root / run, kSteps);
+    BOOST_TEST(d.losses <= kTolerance);
+    BOOST_TEST(d.weights <= 1e-5);
+    BOOST_TEST(d.moments <= 1e-5);
+  }
 }

@@ -91,7 +91,8 @@ class MhcConnection final : public Connection {
                              double init_a, uint32_t flags) {
       plx_param_spec spec{};
       spec.struct_size = sizeof(spec);
-      spec.flags = flags;
+      // Under sequence parallelism the streams are this rank's tokens: the gradients are parts.
+      spec.flags = flags | (settings_.sequence_parallel ? PLX_PARAM_SEQUENCE_PARALLEL : 0u);
       spec.name = name;
       spec.desc.ndim = static_cast<uint32_t>(dims.size());
       spec.desc.dtype = plx_dtype_f32();

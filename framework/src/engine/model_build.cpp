@@ -100,9 +100,18 @@ Model::Model(const PluginHost& host, const boost::json::value& run_config, Model
     params_.set_tensor_parallel(static_cast<int32_t>(tensor_group_->rank()),
                                 static_cast<int32_t>(tensor_group_->size()));
     settings_.pad_vocabulary(tensor_group_->size());
+    sequence_parallel_ = settings_.sequence_parallel;
+    settings_.layer_config["sequence_parallel"] = sequence_parallel_;
+    if (sequence_parallel_ && settings_.seq_length % tensor_group_->size() != 0)
+      throw config::ConfigError("model.seq_length",
+                                "sequence parallelism gives each of the " +
+                                    std::to_string(tensor_group_->size()) +
+                                    " tp ranks an equal block of every microbatch's tokens: " +
+                                    std::to_string(settings_.seq_length) + " is not divisible by tp");
   } else if (options.padding_tp > 1) {
     settings_.pad_vocabulary(options.padding_tp);
   }
+  settings_.sequence_parallel = sequence_parallel_;  // in effect with a tp group only
   connection_ = settings_.mhc.enabled ? make_mhc_connection(host, settings_, device_, params_)
                                       : make_residual_connection(settings_.hidden_size);
   residency_ = make_whole_residency(params_);
@@ -123,6 +132,10 @@ Model::Model(const PluginHost& host, const boost::json::value& run_config, Model
 }
 
 Model::~Model() = default;
+
+int64_t Model::stream_seq(int64_t seq) const noexcept {
+  return sequence_parallel_ ? seq / tensor_group_->size() : seq;
+}
 
 void Model::build_chunk(const boost::json::value& model_section, const ChunkSpec& spec) {
   const auto section = [&](const char* name, UnitRole role, uint32_t layer_index, std::string prefix,

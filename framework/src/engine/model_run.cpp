@@ -66,6 +66,9 @@ std::unique_ptr<Model::Run> Model::start_run(uint32_t chunk_index, const Batch& 
     throw std::runtime_error("sequence of " + std::to_string(shape[1]) +
                              " tokens is longer than model.seq_length (" +
                              std::to_string(settings_.seq_length) + ")");
+  if (sequence_parallel_ && shape[1] % tensor_group_->size() != 0)
+    throw std::runtime_error("sequence parallelism over " + std::to_string(tensor_group_->size()) +
+                             " tp ranks cannot cut a sequence of " + std::to_string(shape[1]) + " tokens");
   const Chunk& chunk = chunks_.at(chunk_index);
   auto run = std::make_unique<Run>();
   run->chunk = &chunk;
@@ -86,7 +89,7 @@ std::unique_ptr<Model::Run> Model::start_run(uint32_t chunk_index, const Batch& 
   run->weights.assign(units_.size(), WeightGrads::with_backward);
   for (std::size_t u = chunk.first_unit; u < chunk.end_unit; ++u)
     run->states[u] = units_[u]->layer->create_state(microbatch);
-  run->connection = connection_->start({shape[0], shape[1], microbatch, training, run->profile});
+  run->connection = connection_->start({shape[0], stream_seq(shape[1]), microbatch, training, run->profile});
   if (chunk.head && !chunk.mtp.empty()) start_mtp(*run, batch);
   run->ledger = residency_->start_microbatch();
   run->forward_unit = chunk.first_unit;
@@ -335,7 +338,8 @@ void Model::start_mtp(Run& run, const Batch& batch) {
       }
     run.mtp_tokens.push_back(rolled_tokens.to(device_));
     run.mtp_targets.push_back(rolled_targets.to(device_));
-    run.mtp_connections.push_back(connection_->start({rows, seq, run.microbatch, run.training, run.profile}));
+    run.mtp_connections.push_back(
+        connection_->start({rows, stream_seq(seq), run.microbatch, run.training, run.profile}));
   }
   run.mtp_embedding_grads.resize(depths);
   run.mtp_hidden_grads.resize(depths);
@@ -409,7 +413,8 @@ std::unique_ptr<Model::Run> Model::forward_only(const Batch& batch) {
       if (link_ && !chunk.embedding) {
         const auto& shape = batch.tokens.shape();
         link_->receive(PipelineLink::Direction::forward, chunk.index, 0, 1,
-                       connection_->stream_shape(shape[0], shape[1]), settings_.activation_dtype, device_);
+                       connection_->stream_shape(shape[0], stream_seq(shape[1])), settings_.activation_dtype,
+                       device_);
       }
       // Evaluation and sampling read the main head: the MTP depths after it are not run.
       const std::size_t end = chunk.head ? chunk.head_unit + 1 : chunk.end_unit;

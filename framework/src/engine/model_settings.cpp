@@ -28,6 +28,8 @@ ModelSettings ModelSettings::from_run_config(const boost::json::value& run_confi
   if (model.contains("make_vocab_size_divisible_by"))
     s.make_vocab_size_divisible_by = get("make_vocab_size_divisible_by");
   s.padded_vocab_size = s.vocab_size;
+  if (const auto* sp = model.if_contains("sequence_parallel"); sp != nullptr && sp->is_bool())
+    s.sequence_parallel = sp->as_bool();
   s.hidden_size = get("hidden_size");
   s.num_layers = get("num_layers");
   s.num_attention_heads = get("num_attention_heads");
@@ -67,6 +69,7 @@ ModelSettings ModelSettings::from_run_config(const boost::json::value& run_confi
   s.layer_config["num_query_groups"] = s.num_query_groups;
   s.layer_config["ffn_hidden_size"] = s.ffn_hidden_size;
   s.pad_vocabulary(1);
+  s.layer_config["sequence_parallel"] = false;  // the model turns it on with its tp group
   return s;
 }
 

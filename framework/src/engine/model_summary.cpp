@@ -25,7 +25,7 @@ plx_tensor_desc desc_of(const Tensor& t) {
 std::vector<Model::UnitSummary> Model::summary() const {
   const int64_t s = settings_.seq_length;
   Tensor tokens({1, s}, plx_dtype_i32());
-  Tensor hidden({1, s, settings_.hidden_size}, plx_dtype_f32());
+  Tensor hidden({1, stream_seq(s), settings_.hidden_size}, plx_dtype_f32());  // as the stream holds it
   std::vector<UnitSummary> rows;
   for (const auto& unit : units_) {
     std::vector<plx_tensor_desc> inputs;

@@ -47,6 +47,34 @@ class WholeUpdate final : public ParameterUpdate {
   void all_reduce_gradient(std::size_t p, const distributed::Communicator& group) override {
     group.all_reduce(model_.parameters()[p].grad.view(), distributed::ReduceOp::sum);
   }
+  // The partial gradients packed into one buffer, summed, and unpacked.
+  void sum_partial_gradients(const distributed::Communicator& tp) override {
+    ParameterStore& params = model_.parameters();
+    std::vector<std::size_t> partial;
+    int64_t total = 0;
+    for (std::size_t p = 0; p < params.size(); ++p)
+      if (params[p].partial_over_tp() && !params[p].is_buffer()) {
+        partial.push_back(p);
+        total += params[p].numel();
+      }
+    if (partial.empty()) return;
+    Tensor packed({total}, plx_dtype_f32(), model_.device());
+    const auto move = [&](bool in) {
+      std::size_t at = 0;
+      for (std::size_t p : partial) {
+        Tensor& grad = params[p].grad;
+        auto* slot = static_cast<std::byte*>(packed.raw()) + at;
+        if (in)
+          device::copy(slot, packed.device(), grad.raw(), grad.device(), grad.bytes());
+        else
+          device::copy(grad.raw(), grad.device(), slot, packed.device(), grad.bytes());
+        at += grad.bytes();
+      }
+    };
+    move(true);
+    tp.all_reduce(packed.view(), distributed::ReduceOp::sum);
+    move(false);
+  }
 
   Memory memory() const override {
     Memory m;
@@ -162,6 +190,20 @@ class ShardedUpdate final : public ParameterUpdate {
     auto* first = static_cast<std::byte*>(shard.grads.data) + shard.grads.byte_offset;
     const Tensor grads = Tensor::borrowed(first, {b.layout.shard_numel}, plx_dtype_f32(), shard.grads.device);
     group.all_reduce(grads.view(), distributed::ReduceOp::sum);
+  }
+
+  // A buffer holds partial gradients only or none (ShardedParameters keeps them apart): each such
+  // buffer's shard is summed over tp whole.
+  void sum_partial_gradients(const distributed::Communicator& tp) override {
+    const auto& buffers = sharded_->buffers();
+    for (std::size_t k = 0; k < buffers.size(); ++k) {
+      if (!buffers[k].partial_over_tp || buffers[k].layout.shard_numel == 0) continue;
+      const DataParallelInstance::Shard shard = sharded_->strategy().shard(static_cast<uint32_t>(k));
+      auto* first = static_cast<std::byte*>(shard.grads.data) + shard.grads.byte_offset;
+      const Tensor grads =
+          Tensor::borrowed(first, {buffers[k].layout.shard_numel}, plx_dtype_f32(), shard.grads.device);
+      tp.all_reduce(grads.view(), distributed::ReduceOp::sum);
+    }
   }
 
   Memory memory() const override {

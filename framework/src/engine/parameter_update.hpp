@@ -36,6 +36,10 @@ class ParameterUpdate {
   // Sums parameter p's (reduced) gradient over `group`: the stages holding a tied parameter each
   // get the whole gradient (Megatron's embedding group), after the data-parallel reduction.
   virtual void all_reduce_gradient(std::size_t p, const distributed::Communicator& group) = 0;
+  // Sums every gradient that is this rank's tokens' part (Parameter::partial_over_tp: the norms,
+  // mHC and MTP entry under sequence parallelism) over the tp group, after the data-parallel
+  // reduction (the two sums commute), in one call per buffer.
+  virtual void sum_partial_gradients(const distributed::Communicator& tp) = 0;
   virtual double last_lr() const = 0;
 
   // Bytes held on this rank now and at their peak.

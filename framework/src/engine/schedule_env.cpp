@@ -161,7 +161,7 @@ struct ScheduleEnvBridge {
     return static_cast<uint32_t>(m.runs_.empty() ? 0 : m.runs_[0].size());
   }
   static std::vector<int64_t> stream_shape(const Model::Run& run, const Model& m) {
-    return m.connection_->stream_shape(run.batch_shape[0], run.batch_shape[1]);
+    return m.connection_->stream_shape(run.batch_shape[0], m.stream_seq(run.batch_shape[1]));
   }
   static plx_status send_forward(void* ctx, uint32_t mb, uint32_t chunk) noexcept {
     return call(ctx, [&](Model& m) {

@@ -41,15 +41,17 @@ ShardedParameters::ShardedParameters(ParameterStore& params, const std::vector<U
       throw std::runtime_error("parameter " + params[p].name + " (declared by " + params[p].declared_by +
                                ") is used by no unit of the data-parallel layout");
 
-  // Each FSDP unit's own parameters, one buffer per (gradient group, replicated, tp shard): the
-  // gradient norm adds a buffer of tensor-parallel shards over tp, and the others once.
+  // Each FSDP unit's own parameters, one buffer per (gradient group, replicated, tp shard, partial
+  // over tp): the gradient norm adds a buffer of tensor-parallel shards over tp, and the others
+  // once; a buffer of sequence-parallel gradients is summed over tp whole.
   for (std::size_t f = 0; f < units.size(); ++f) {
-    std::map<std::tuple<std::string, bool, bool>, uint32_t> buffer_of_key;
+    std::map<std::tuple<std::string, bool, bool, bool>, uint32_t> buffer_of_key;
     for (std::size_t p : units[f].params) {
       if (owner_fsdp_[p] != f) continue;
       const Parameter& param = params[p];
       const bool replicated = (param.flags & PLX_PARAM_REPLICATED) != 0;
-      const auto key = std::make_tuple(param.grad_group, replicated, param.tp.split());
+      const auto key =
+          std::make_tuple(param.grad_group, replicated, param.tp.split(), param.partial_over_tp());
       auto found = buffer_of_key.find(key);
       if (found == buffer_of_key.end()) {
         Buffer b;
@@ -58,6 +60,8 @@ ShardedParameters::ShardedParameters(ParameterStore& params, const std::vector<U
         if (replicated) b.name += " (replicated)";
         if (param.tp.split()) b.name += " (tp shards)";
         b.tensor_split = param.tp.split();
+        b.partial_over_tp = param.partial_over_tp();
+        if (b.partial_over_tp) b.name += " (tp partial)";
         b.group = param.grad_group;
         b.fsdp = f;
         b.replicated = replicated;

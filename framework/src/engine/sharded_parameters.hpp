@@ -85,7 +85,8 @@ class ShardedParameters {
     int64_t numel = 0;
     double grad_scale = 1.0;
     bool replicated = false;
-    bool tensor_split = false;  // its parameters are tensor-parallel shards (Parameter::tp)
+    bool tensor_split = false;     // its parameters are tensor-parallel shards (Parameter::tp)
+    bool partial_over_tp = false;  // their gradients are parts summed over tp (Parameter::partial_over_tp)
     plx_dp_layout layout{};
     std::vector<Segment> segments;  // the parameters' parts inside this rank's shard
     // Completed contributions this step, and how many make the step's last one.

@@ -252,6 +252,10 @@ Trainer::Impl::StepResult Trainer::Impl::train_step(int64_t step) {
     const Timeline::Scope span(timeline.get(), "gradient reduction (wait)", "comm");
     update->finish_gradients(profile.get());
   }
+  if (model->sequence_parallel()) {  // after the data-parallel reduction, as Megatron
+    const Timeline::Scope span(timeline.get(), "sequence-parallel gradient all-reduce", "comm");
+    update->sum_partial_gradients(*model->tensor_group());
+  }
   if (tied_group != nullptr) {  // after the data-parallel reduction, as Megatron
     const Timeline::Scope span(timeline.get(), "tied embedding all-reduce", "comm");
     for (std::size_t p = 0; p < stages.shared.size(); ++p)

@@ -1,5 +1,6 @@
 #include "mixer_layer.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -14,6 +15,7 @@
 #include "plexus/cpp/host.hpp"
 #include "plexus/cpp/layer.hpp"
 #include "plexus/cpp/tensor.hpp"
+#include "plexus_kernels/buffer.hpp"
 
 namespace plexus::mamba {
 namespace {
@@ -71,6 +73,9 @@ class Mixer final : public plexus::sdk::Layer {
  public:
   explicit Mixer(const plx_layer_create_args& args)
       : tp_(plexus::sdk::Group::find(plexus::sdk::Host::current(), "tp")),
+        sp_(tp_.size() > 1 && plexus::sdk::Host::current()
+                                  .config_bool_if(args.model_config, "sequence_parallel")
+                                  .value_or(false)),
         config_(read_config(args, tp_)),
         params_(declare_params(config_, checked_layers(args))),
         device_(args.device),
@@ -157,7 +162,8 @@ class Mixer final : public plexus::sdk::Layer {
                       double& backward) const override {
     expect_counts("estimate_flops", num_inputs, 1);
     expect_hidden_desc(inputs[0], device_, config_.d_model, "input 0 (hidden states)");
-    const MixerFlops f = mixer_flops(config_, inputs[0].dims[0], inputs[0].dims[1]);
+    // Under sequence parallelism the mixer runs on every rank's block of the tokens.
+    const MixerFlops f = mixer_flops(config_, inputs[0].dims[0], inputs[0].dims[1] * (sp_ ? tp_.size() : 1));
     forward = f.forward;
     backward = f.backward;
   }
@@ -254,9 +260,39 @@ class Mixer final : public plexus::sdk::Layer {
         return;
       }
     }
-    mixer_forward<T>(config_, weights<T>(args.params), batch, seq, data<T>(args.inputs[0]),
-                     data<T>(args.outputs[0]), train ? &static_cast<MixerState&>(st) : nullptr);
-    tp_.all_reduce(args.outputs[0]);  // out_proj is row-parallel: the ranks' partial sums
+    if (!sp_) {
+      mixer_forward<T>(config_, weights<T>(args.params), batch, seq, data<T>(args.inputs[0]),
+                       data<T>(args.outputs[0]), train ? &static_cast<MixerState&>(st) : nullptr);
+      tp_.all_reduce(args.outputs[0]);  // out_proj is row-parallel: the ranks' partial sums
+      return;
+    }
+    // Sequence parallelism: the convolution and the scan need whole sequences, so every rank's
+    // block of the tokens is gathered, the mixer (its pre-norm included) runs on all of them, and
+    // the output's partial sums are reduce-scattered back to each rank's block.
+    const int64_t rows = batch * seq, dm = config_.d_model;
+    plexus::kernels::Buffer x_all, out_all;
+    T* x = x_all.get<T>(static_cast<std::size_t>(rows * tp_.size() * dm));
+    T* out = out_all.get<T>(static_cast<std::size_t>(rows * tp_.size() * dm));
+    gather_rows(data<T>(args.inputs[0]), rows, x);
+    mixer_forward<T>(config_, weights<T>(args.params), batch, seq * tp_.size(), x, out,
+                     train ? &static_cast<MixerState&>(st) : nullptr);
+    tp_.finish(start_scatter_sum(out, rows, data<T>(args.outputs[0])));
+  }
+
+  // Sequence parallelism's collectives on [rows, d_model] blocks (the rows of one rank).
+  template <class T>
+  void gather_rows(const T* local, int64_t rows, T* all) const {
+    int64_t local_shape[2] = {rows, config_.d_model}, all_shape[2] = {rows * tp_.size(), config_.d_model};
+    const DLTensor send{const_cast<T*>(local), device_, 2, dtype_of(precision_v<T>), local_shape, nullptr, 0};
+    DLTensor recv{all, device_, 2, dtype_of(precision_v<T>), all_shape, nullptr, 0};
+    tp_.all_gather(send, recv);
+  }
+  template <class T>
+  plx_request start_scatter_sum(T* all, int64_t rows, T* local) const {
+    int64_t local_shape[2] = {rows, config_.d_model}, all_shape[2] = {rows * tp_.size(), config_.d_model};
+    const DLTensor send{all, device_, 2, dtype_of(precision_v<T>), all_shape, nullptr, 0};
+    DLTensor recv{local, device_, 2, dtype_of(precision_v<T>), local_shape, nullptr, 0};
+    return tp_.start_reduce_scatter(send, recv);
   }
 
   template <class T>
@@ -272,7 +308,7 @@ class Mixer final : public plexus::sdk::Layer {
       throw Error(PLX_ERR_INVALID_ARGUMENT, std::string("backward in ") + plexus::sdk::dtype_name(dt) +
                                                 " after a forward in " +
                                                 plexus::sdk::dtype_name(dtype_of(st.precision)));
-    if (st.batch != batch || st.seq != seq)
+    if (st.batch != batch || st.seq != (sp_ ? seq * tp_.size() : seq))
       throw Error(PLX_ERR_INVALID_ARGUMENT, std::string("backward of shape [") + std::to_string(batch) +
                                                 ", " + std::to_string(seq) + "] after a forward of [" +
                                                 std::to_string(st.batch) + ", " + std::to_string(st.seq) +
@@ -290,11 +326,28 @@ class Mixer final : public plexus::sdk::Layer {
         return;
       }
     }
+    if (!sp_) {
+      mixer_backward<T>(config_, weights<T>(args.params), gradients<T>(args.param_grads),
+                        static_cast<const MixerState&>(st), data<T>(args.grad_outputs[0]), dh, tp_);
+      return;
+    }
+    // Sequence parallelism: every rank's block of the output gradient, gathered; the mixer's
+    // input gradient comes out whole on every rank (its pre-norm ran on every token, after the
+    // norm output's gradient was summed over tp), of which this rank keeps its block.
+    const int64_t rows = batch * seq, dm = config_.d_model;
+    plexus::kernels::Buffer dy_all, dh_all;
+    T* dy = dy_all.get<T>(static_cast<std::size_t>(rows * tp_.size() * dm));
+    gather_rows(data<T>(args.grad_outputs[0]), rows, dy);
+    T* dx = dh != nullptr ? dh_all.get<T>(static_cast<std::size_t>(rows * tp_.size() * dm)) : nullptr;
     mixer_backward<T>(config_, weights<T>(args.params), gradients<T>(args.param_grads),
-                      static_cast<const MixerState&>(st), data<T>(args.grad_outputs[0]), dh, tp_);
+                      static_cast<const MixerState&>(st), dy, dx, tp_);
+    if (dx != nullptr) std::copy(dx + tp_.rank() * rows * dm, dx + (tp_.rank() + 1) * rows * dm, dh);
   }
 
   plexus::sdk::Group tp_;  // the host's "tp" group (one rank without tensor parallelism)
+  // Sequence parallelism (model_config.sequence_parallel, set by the host with a tp group only):
+  // the hidden states in and out are this rank's block of the microbatch's tokens.
+  bool sp_ = false;
   MixerConfig config_;
   ParamList params_;
   DLDevice device_;

@@ -95,7 +95,10 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
                       double& backward) const override {
     expect_descs("estimate_flops", num_inputs, 1);
     expect_hidden_desc(inputs[0]);
-    const auto b = static_cast<double>(inputs[0].dims[0]), s = static_cast<double>(inputs[0].dims[1]);
+    // Under sequence parallelism the hidden states are this rank's block of the tokens; the
+    // products run on all of them.
+    const auto b = static_cast<double>(inputs[0].dims[0]);
+    const auto s = static_cast<double>(inputs[0].dims[1] * (sp_ ? tp_.size() : 1));
     const double n = b * s, c = static_cast<double>(hidden_), dq = static_cast<double>(heads_ * head_dim_);
     forward = 2 * n * c * static_cast<double>(qkv_rows_) + 2 * n * dq * c +
               2 * 2 * b * static_cast<double>(heads_) * (s * (s + 1) / 2) * static_cast<double>(head_dim_);

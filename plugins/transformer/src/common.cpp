@@ -153,7 +153,10 @@ void expect_hidden_desc(const plx_tensor_desc& d, int64_t hidden, const std::str
 TransformerLayer::TransformerLayer(const char* component, const plx_layer_create_args& args)
     : component_(component),
       device_(args.device),
-      tp_(plexus::sdk::Group::find(plexus::sdk::Host::current(), "tp")) {
+      tp_(plexus::sdk::Group::find(plexus::sdk::Host::current(), "tp")),
+      sp_(tp_.size() > 1 && plexus::sdk::Host::current()
+                                .config_bool_if(args.model_config, "sequence_parallel")
+                                .value_or(false)) {
   if (device_.device_type == kDLCPU) return;
   if (device_.device_type == kDLCUDA) {
     // The layer itself builds its CUDA implementation once its configuration is read.
@@ -216,6 +219,22 @@ void TransformerLayer::expect_call(const char* what, uint32_t stage, uint32_t nu
 
 void TransformerLayer::expect_params(const DLTensor* params, const DLTensor* grads, DLDataType dtype) const {
   transformer::expect_params(params_, params, grads, dtype, device_);
+}
+
+void TransformerLayer::gather_rows(const void* local, int64_t rows, int64_t cols, DLDataType dtype,
+                                   void* full) const {
+  int64_t local_shape[2] = {rows, cols}, full_shape[2] = {rows * tp_.size(), cols};
+  const DLTensor send{const_cast<void*>(local), device_, 2, dtype, local_shape, nullptr, 0};
+  DLTensor recv{full, device_, 2, dtype, full_shape, nullptr, 0};
+  tp_.all_gather(send, recv);
+}
+
+plx_request TransformerLayer::start_scatter_sum(void* full, int64_t rows, int64_t cols, DLDataType dtype,
+                                                void* local) const {
+  int64_t local_shape[2] = {rows, cols}, full_shape[2] = {rows * tp_.size(), cols};
+  const DLTensor send{full, device_, 2, dtype, full_shape, nullptr, 0};
+  DLTensor recv{local, device_, 2, dtype, local_shape, nullptr, 0};
+  return tp_.start_reduce_scatter(send, recv);
 }
 
 void TransformerLayer::refuse_split_on_device() const {

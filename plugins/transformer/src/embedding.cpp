@@ -5,6 +5,7 @@
 
 #include "common.hpp"
 #include "cuda_layers.hpp"
+#include "plexus_kernels/buffer.hpp"
 #include "plexus_kernels/embedding.hpp"
 
 namespace plexus::transformer {
@@ -55,7 +56,8 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
     out.ndim = 3;
     out.dtype = plx_dtype_f32();
     out.dims[0] = inputs[0].dims[0];
-    out.dims[1] = inputs[0].dims[1];
+    // Under sequence parallelism this rank's block of the tokens (engine: Model::stream_seq).
+    out.dims[1] = sp_ ? inputs[0].dims[1] / tp_.size() : inputs[0].dims[1];
     out.dims[2] = hidden_;
     outputs[0] = out;
   }
@@ -92,7 +94,12 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
                   "input 0 (token ids): expected shape [batch, seq], got " + shape_text(tokens));
     const int64_t batch = tokens.shape[0], seq = tokens.shape[1];
     expect_tensor(tokens, device_, plx_dtype_i32(), {batch, seq}, "input 0 (token ids)");
-    expect_tensor(args.outputs[0], device_, dt, {batch, seq, hidden_}, "output 0 (hidden states)");
+    const int64_t out_seq = sp_ ? seq / tp_.size() : seq;
+    if (sp_ && seq % tp_.size() != 0)
+      throw Error(PLX_ERR_INVALID_ARGUMENT, "input 0 (token ids): sequence parallelism over " +
+                                                std::to_string(tp_.size()) + " tp ranks cannot cut " +
+                                                std::to_string(seq) + " tokens per sequence");
+    expect_tensor(args.outputs[0], device_, dt, {batch, out_seq, hidden_}, "output 0 (hidden states)");
     expect_params(args.params, nullptr, dt);
     const int64_t n = batch * seq;
     const int32_t* ids = data<int32_t>(tokens);
@@ -102,16 +109,24 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
     if (tp_.size() == 1) {
       kernels::embedding_forward<T>(n, hidden_, ids, data<T>(args.params[0]), out);
     } else {
+      // Every token's row from this rank's part of the vocabulary (zeros for the others' rows),
+      // summed over tp: all-reduced, or under sequence parallelism reduce-scattered to this
+      // rank's block of the tokens.
+      kernels::Buffer full;
+      T* looked_up = sp_ ? full.get<T>(static_cast<std::size_t>(n * hidden_)) : out;
       const T* w = data<T>(args.params[0]);
       for (int64_t i = 0; i < n; ++i) {
         const int64_t row = ids[i] - first_row_;
-        T* o = out + i * hidden_;
+        T* o = looked_up + i * hidden_;
         if (row >= 0 && row < rows_)
           std::copy(w + row * hidden_, w + (row + 1) * hidden_, o);
         else
           std::fill(o, o + hidden_, T(0));
       }
-      tp_.all_reduce(args.outputs[0]);
+      if (sp_)
+        tp_.finish(start_scatter_sum(looked_up, n / tp_.size(), hidden_, dt, out));
+      else
+        tp_.all_reduce(args.outputs[0]);
     }
     st.saved = (args.flags & PLX_FORWARD_TRAINING) != 0;
     st.precision = precision_v<T>;
@@ -125,13 +140,21 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
     const DLDataType dt = dtype_of(precision_v<T>);
     int64_t batch = 0, seq = 0;
     expect_hidden(args.grad_outputs[0], device_, dt, hidden_, "grad output 0", batch, seq);
+    if (sp_) seq *= tp_.size();  // this rank's block of the tokens
     expect_saved(st.saved, st.precision, precision_v<T>, st.batch, st.seq, batch, seq);
     expect_params(args.params, args.param_grads, dt);
     // grad_inputs[0] (token ids) has no gradient: it is left alone.
     T* dw = grad_or_null<T>(args.param_grads, 0);
     if (dw == nullptr) return;
-    const T* dy = data<T>(args.grad_outputs[0]);
     const int64_t n = batch * seq;
+    // Under sequence parallelism every rank's block of the output gradient, gathered.
+    kernels::Buffer gathered;
+    const T* dy = data<T>(args.grad_outputs[0]);
+    if (sp_) {
+      T* all = gathered.get<T>(static_cast<std::size_t>(n * hidden_));
+      gather_rows(dy, n / tp_.size(), hidden_, dt, all);
+      dy = all;
+    }
     if (tp_.size() == 1) {
       kernels::embedding_backward<T>(n, hidden_, st.tokens.data(), dy, dw);
       return;

@@ -74,9 +74,9 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
     plx_tensor_desc logits{};
     logits.ndim = 3;
     logits.dtype = dtype;
-    logits.dims[0] = inputs[0].dims[0];
-    logits.dims[1] = inputs[0].dims[1];
-    logits.dims[2] = rows_;  // this rank's columns of the padded vocabulary
+    logits.dims[0] = inputs[1].dims[0];
+    logits.dims[1] = inputs[1].dims[1];  // every token's (the targets'), under sequence parallelism too
+    logits.dims[2] = rows_;              // this rank's columns of the padded vocabulary
     outputs[0] = loss;
     outputs[1] = logits;
   }
@@ -93,7 +93,9 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
                       double& backward) const override {
     expect_descs("estimate_flops", num_inputs, 2);
     expect_input_descs(inputs);
-    const double n = static_cast<double>(inputs[0].dims[0]) * static_cast<double>(inputs[0].dims[1]);
+    // Every token's logits (the targets' tokens: under sequence parallelism the hidden states are
+    // this rank's block of them).
+    const double n = static_cast<double>(inputs[1].dims[0]) * static_cast<double>(inputs[1].dims[1]);
     forward = 2 * n * static_cast<double>(hidden_) * static_cast<double>(rows_);
     backward = 2 * forward;
   }
@@ -104,11 +106,12 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
     if (!plx_dtype_equal(inputs[1].dtype, plx_dtype_i32()))
       throw Error(PLX_ERR_INVALID_ARGUMENT,
                   "input 1 (targets): expected dtype int32, got " + plexus::sdk::dtype_name(inputs[1].dtype));
-    if (inputs[1].ndim != 2 || inputs[1].dims[0] != inputs[0].dims[0] ||
-        inputs[1].dims[1] != inputs[0].dims[1])
+    // Under sequence parallelism the hidden states are this rank's block of the targets' tokens.
+    const int64_t seq = sp_ ? inputs[0].dims[1] * tp_.size() : inputs[0].dims[1];
+    if (inputs[1].ndim != 2 || inputs[1].dims[0] != inputs[0].dims[0] || inputs[1].dims[1] != seq)
       throw Error(PLX_ERR_INVALID_ARGUMENT, "input 1 (targets): expected shape " +
-                                                shape_text({inputs[0].dims[0], inputs[0].dims[1]}) +
-                                                ", got " + shape_text(inputs[1].dims, inputs[1].ndim));
+                                                shape_text({inputs[0].dims[0], seq}) + ", got " +
+                                                shape_text(inputs[1].dims, inputs[1].ndim));
   }
 
   template <class T>
@@ -116,6 +119,7 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
     const DLDataType dt = dtype_of(precision_v<T>);
     int64_t batch = 0, seq = 0;
     expect_hidden(args.inputs[0], device_, dt, hidden_, "input 0 (hidden states)", batch, seq);
+    if (sp_) seq *= tp_.size();  // the hidden states are this rank's block of the tokens
     expect_tensor(args.inputs[1], device_, plx_dtype_i32(), {batch, seq}, "input 1 (targets)");
     expect_tensor(args.outputs[0], device_, dt, {1}, "output 0 (loss)");
     expect_tensor(args.outputs[1], device_, dt, {batch, seq, rows_}, "output 1 (logits)");
@@ -130,7 +134,15 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
     st.batch = batch;
     st.seq = seq;
 
+    // Under sequence parallelism every rank's block of the hidden states, gathered (Megatron's
+    // all-gather before the column-parallel output layer).
     const T* h = data<T>(args.inputs[0]);
+    k::Buffer gathered;
+    if (sp_) {
+      T* all = gathered.get<T>(static_cast<std::size_t>(n * hidden_));
+      gather_rows(h, n / tp_.size(), hidden_, dt, all);
+      h = all;
+    }
     T* logits = data<T>(args.outputs[1]);
     k::gemm_parallel<T>(Trans::N, Trans::T, n, rows_, hidden_, T(1), h, hidden_, data<T>(args.params[0]),
                         hidden_, T(0), logits, rows_);
@@ -159,26 +171,31 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
         seed_precision == Precision::f32 ? static_cast<double>(*data<float>(seed)) : *data<double>(seed);
     // grad output 1 (logits) is not used: the loss is the only thing differentiated.
     const int64_t batch = st.batch, seq = st.seq, n = batch * seq;
+    const int64_t local_seq = sp_ ? seq / tp_.size() : seq;  // sequence parallelism: this rank's block
     const DLTensor& dh_t = args.grad_inputs[0];
-    if (dh_t.data != nullptr) expect_tensor(dh_t, device_, dt, {batch, seq, hidden_}, "grad input 0");
+    if (dh_t.data != nullptr) expect_tensor(dh_t, device_, dt, {batch, local_seq, hidden_}, "grad input 0");
     expect_params(args.params, args.param_grads, dt);
     T* dh = dh_t.data != nullptr ? data<T>(dh_t) : nullptr;
     T* dw = grad_or_null<T>(args.param_grads, 0);
 
     if (st.count == 0) {  // the loss is the constant 0
       if (dh != nullptr)
-        for (int64_t i = 0; i < n * hidden_; ++i) dh[i] = T(0);
+        for (int64_t i = 0; i < batch * local_seq * hidden_; ++i) dh[i] = T(0);
       return;
     }
     const auto scale = static_cast<T>(s / static_cast<double>(st.count));
     const T* g = st.grad.data<T>();
     // logits = h W^T, dL/dlogits = scale * g:  dh = scale g W,  dW += scale g^T h. Under tp, dh
-    // is this rank's columns' part, summed over tp while dW is computed.
+    // is this rank's columns' part, summed over tp while dW is computed: all-reduced, or under
+    // sequence parallelism reduce-scattered to this rank's block of the tokens.
     plx_request dh_summed = nullptr;
+    k::Buffer full;
     if (dh != nullptr) {
+      T* dh_all = sp_ ? full.get<T>(static_cast<std::size_t>(n * hidden_)) : dh;
       k::gemm_parallel<T>(Trans::N, Trans::N, n, hidden_, rows_, scale, g, rows_, data<T>(args.params[0]),
-                          hidden_, T(0), dh, hidden_);
-      dh_summed = tp_.start_all_reduce(args.grad_inputs[0]);
+                          hidden_, T(0), dh_all, hidden_);
+      dh_summed = sp_ ? start_scatter_sum(dh_all, n / tp_.size(), hidden_, dt, dh)
+                      : tp_.start_all_reduce(args.grad_inputs[0]);
     }
     if (dw != nullptr)
       k::gemm_parallel<T>(Trans::T, Trans::N, rows_, hidden_, n, scale, g, rows_, st.h.data<T>(), hidden_,

@@ -59,7 +59,9 @@ class Mlp final : public PreNormLayer<Mlp, MlpState> {
                       double& backward) const override {
     expect_descs("estimate_flops", num_inputs, 1);
     expect_hidden_desc(inputs[0]);
-    const double n = static_cast<double>(inputs[0].dims[0]) * static_cast<double>(inputs[0].dims[1]);
+    // Under sequence parallelism the products run on every rank's block of the tokens.
+    const double n = static_cast<double>(inputs[0].dims[0]) *
+                     static_cast<double>(inputs[0].dims[1] * (sp_ ? tp_.size() : 1));
     forward = 2 * n * static_cast<double>(hidden_) * static_cast<double>(fc1_rows_ + ffn_);
     backward = 2 * forward;
   }

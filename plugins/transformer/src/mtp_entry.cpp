@@ -41,11 +41,14 @@ class MtpEntry final : public LayerShell<MtpEntry, EntryState> {
     };
     for (const NormNames norm :
          {NormNames{"enorm.weight", "enorm.bias"}, NormNames{"hnorm.weight", "hnorm.bias"}}) {
-      params_.push_back(make_param(norm.weight, {hidden_}, PLX_INIT_ONES, 0, PLX_PARAM_NO_WEIGHT_DECAY));
+      params_.push_back(
+          make_param(norm.weight, {hidden_}, PLX_INIT_ONES, 0, PLX_PARAM_NO_WEIGHT_DECAY | token_partial()));
       if (!norm_.rms)
-        params_.push_back(make_param(norm.bias, {hidden_}, PLX_INIT_ZEROS, 0, PLX_PARAM_NO_WEIGHT_DECAY));
+        params_.push_back(
+            make_param(norm.bias, {hidden_}, PLX_INIT_ZEROS, 0, PLX_PARAM_NO_WEIGHT_DECAY | token_partial()));
     }
-    params_.push_back(make_param("eh_proj.weight", {hidden_, 2 * hidden_}, PLX_INIT_NORMAL, std_dev, 0));
+    params_.push_back(
+        make_param("eh_proj.weight", {hidden_, 2 * hidden_}, PLX_INIT_NORMAL, std_dev, token_partial()));
     if (on_cuda())
       throw Error(PLX_ERR_UNSUPPORTED,
                   "transformer.mtp_entry (multi-token prediction) runs on the CPU only; train MTP with "

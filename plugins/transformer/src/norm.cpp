@@ -23,9 +23,11 @@ class FinalNorm final : public HiddenLayer<FinalNorm, NormState> {
   explicit FinalNorm(const plx_layer_create_args& args) : HiddenLayer("transformer.norm", args) {
     const auto host = plexus::sdk::Host::current();
     norm_ = NormSpec::read(host, args.model_config, hidden_);
-    params_.push_back(make_param("weight", {hidden_}, PLX_INIT_ONES, 0, PLX_PARAM_NO_WEIGHT_DECAY));
+    params_.push_back(
+        make_param("weight", {hidden_}, PLX_INIT_ONES, 0, PLX_PARAM_NO_WEIGHT_DECAY | token_partial()));
     if (!norm_.rms)
-      params_.push_back(make_param("bias", {hidden_}, PLX_INIT_ZEROS, 0, PLX_PARAM_NO_WEIGHT_DECAY));
+      params_.push_back(
+          make_param("bias", {hidden_}, PLX_INIT_ZEROS, 0, PLX_PARAM_NO_WEIGHT_DECAY | token_partial()));
     if (on_cuda()) {
       NormLayerSpec spec;
       fill_spec(spec);

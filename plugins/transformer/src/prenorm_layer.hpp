@@ -81,10 +81,11 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
   void add_parameters(const ParameterNames& names, int64_t in_rows, int64_t mid_cols, double out_std,
                       std::vector<int64_t> in_parts = {}) {
     const int64_t c = this->hidden_;
-    this->params_.push_back(make_param(names.norm_weight, {c}, PLX_INIT_ONES, 0, PLX_PARAM_NO_WEIGHT_DECAY));
+    const uint32_t norm_flags = PLX_PARAM_NO_WEIGHT_DECAY | this->token_partial();
+    this->params_.push_back(make_param(names.norm_weight, {c}, PLX_INIT_ONES, 0, norm_flags));
     this->params_.back().te_name = names.norm_weight_te;
     if (!norm_.rms) {
-      this->params_.push_back(make_param(names.norm_bias, {c}, PLX_INIT_ZEROS, 0, PLX_PARAM_NO_WEIGHT_DECAY));
+      this->params_.push_back(make_param(names.norm_bias, {c}, PLX_INIT_ZEROS, 0, norm_flags));
       this->params_.back().te_name = names.norm_bias_te;
     }
     projections_ = {static_cast<uint32_t>(this->params_.size()), in_rows, mid_cols};
@@ -116,56 +117,98 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
   std::vector<int64_t> in_parts_;  // W_in's whole row parts (tensor parallelism)
 
  private:
+  // The tokens of a call: `local` as the hidden states hold them, and `full`, what the
+  // tensor-parallel region between the projections runs on: under sequence parallelism every tp
+  // rank's block (tp x local.n, the microbatch in order), else the same.
+  struct CallTokens {
+    Tokens local, full;
+  };
+  CallTokens call_tokens(int64_t batch, int64_t seq) const {
+    const int64_t ranks = this->sp_ ? this->tp_.size() : 1;
+    return {{batch, seq, batch * seq}, {batch, seq * ranks, batch * seq * ranks}};
+  }
+
   template <class T>
   void run_forward(State& st, const plx_forward_args& args) {
     const Projections& pr = projections_;
     const int64_t c = this->hidden_;
     const DLDataType dt = dtype_of(precision_v<T>);
-    Tokens t;
-    expect_hidden(args.inputs[0], this->device_, dt, c, "input 0 (hidden states)", t.batch, t.seq);
-    expect_tensor(args.outputs[0], this->device_, dt, {t.batch, t.seq, c}, "output 0");
+    int64_t batch = 0, seq = 0;
+    expect_hidden(args.inputs[0], this->device_, dt, c, "input 0 (hidden states)", batch, seq);
+    expect_tensor(args.outputs[0], this->device_, dt, {batch, seq, c}, "output 0");
     this->expect_params(args.params, nullptr, dt);
+    const CallTokens tokens = call_tokens(batch, seq);
+    const Tokens& t = tokens.full;
     self().expect_sequence(t.seq);
-    t.n = t.batch * t.seq;
     const bool train = (args.flags & PLX_FORWARD_TRAINING) != 0;
     st.saved = train;
     st.precision = precision_v<T>;
-    st.batch = t.batch;
-    st.seq = t.seq;
+    st.batch = batch;
+    st.seq = seq;
 
     const T* w_norm = data<T>(args.params[0]);
     const T* b_norm = norm_.rms ? nullptr : data<T>(args.params[1]);
     const T* w_in = data<T>(args.params[pr.in_index]);
     const T* w_out = data<T>(args.params[pr.in_index + 1]);
 
-    // A forward that does not train keeps nothing: `in` and `mid` live in the call's buffers.
-    kernels::Buffer u_buf, call_in, call_mid;
+    // The norm on this rank's tokens (under sequence parallelism then gathered: Megatron's
+    // all-gather before a column-parallel product). A forward that does not train keeps nothing:
+    // `in` and `mid` live in the call's buffers.
+    const int64_t n_local = tokens.local.n;
+    kernels::Buffer u_buf, u_local_buf, call_in, call_mid, out_buf;
     T* u = u_buf.get<T>(sz(t.n * c));
-    T* xhat = train ? st.xhat.template get<T>(sz(t.n * c)) : nullptr;
-    T* rstd = train ? st.rstd.template get<T>(sz(t.n)) : nullptr;
-    norm_.template forward<T>(t.n, data<T>(args.inputs[0]), w_norm, b_norm, u, xhat, rstd);
+    T* u_local = this->sp_ ? u_local_buf.get<T>(sz(n_local * c)) : u;
+    T* xhat = train ? st.xhat.template get<T>(sz(n_local * c)) : nullptr;
+    T* rstd = train ? st.rstd.template get<T>(sz(n_local)) : nullptr;
+    norm_.template forward<T>(n_local, data<T>(args.inputs[0]), w_norm, b_norm, u_local, xhat, rstd);
+    if (this->sp_) this->gather_rows(u_local, n_local, c, dt, u);
 
     T* in = (train ? st.in : call_in).template get<T>(sz(t.n * pr.in_rows));
     kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::T, t.n, pr.in_rows, c, T(1), u, c, w_in, c,
                               T(0), in, pr.in_rows);
     T* mid = (train ? st.mid : call_mid).template get<T>(sz(t.n * pr.mid_cols));
     self().template core_forward<T>(st, t, train, in, mid);
+    // Row-parallel: the ranks' partial sums, all-reduced, or reduce-scattered to each rank's tokens.
+    T* out = this->sp_ ? out_buf.get<T>(sz(t.n * c)) : data<T>(args.outputs[0]);
     kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::T, t.n, c, pr.mid_cols, T(1), mid,
-                              pr.mid_cols, w_out, pr.mid_cols, T(0), data<T>(args.outputs[0]), c);
-    this->tp_.all_reduce(args.outputs[0]);  // row-parallel: the ranks' partial sums
+                              pr.mid_cols, w_out, pr.mid_cols, T(0), out, c);
+    if (this->sp_)
+      this->tp_.finish(this->start_scatter_sum(out, n_local, c, dt, data<T>(args.outputs[0])));
+    else
+      this->tp_.all_reduce(args.outputs[0]);
   }
 
-  // The norm output's gradient du = d_in W_in into `du` [n, C], summed over tp (each rank's W_in
-  // holds its rows only), and started: the caller finishes the returned request once it has
-  // computed what does not need du (Megatron overlaps it with the weight gradient).
+  // The norm output's gradient du = d_in W_in [n, C] into `du_full`, summed over tp (each rank's
+  // W_in holds its rows only) into `du` (this rank's tokens' rows: under sequence parallelism a
+  // reduce-scatter, else an all-reduce in place, du == du_full), and started: the caller finishes
+  // the returned request once it has computed what does not need du (Megatron overlaps it with
+  // the weight gradient).
   template <class T>
-  plx_request norm_output_gradient(int64_t n, const T* d_in, const T* w_in, T* du) {
-    const int64_t c = this->hidden_;
+  plx_request reduce_norm_output_gradient(const CallTokens& tokens, const T* d_in, const T* w_in, T* du_full,
+                                          T* du) {
+    const int64_t c = this->hidden_, n = tokens.full.n;
     kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::N, n, c, projections_.in_rows, T(1), d_in,
-                              projections_.in_rows, w_in, c, T(0), du, c);
+                              projections_.in_rows, w_in, c, T(0), du_full, c);
+    const DLDataType dt = dtype_of(precision_v<T>);
+    if (this->sp_) return this->start_scatter_sum(du_full, tokens.local.n, c, dt, du);
     int64_t shape[2] = {n, c};
-    DLTensor view{du, this->device_, 2, dtype_of(precision_v<T>), shape, nullptr, 0};
+    DLTensor view{du_full, this->device_, 2, dt, shape, nullptr, 0};
     return this->tp_.start_all_reduce(view);
+  }
+
+  // The input projection's input u = norm(x) for all of the call's tokens, rebuilt from this
+  // rank's xhat (and under sequence parallelism gathered again, as Megatron does rather than
+  // keeping the gathered input) into `u` [full n, C].
+  template <class T>
+  void rebuild_input(const CallTokens& tokens, const T* w_norm, const T* b_norm, const T* xhat, T* u) const {
+    if (!this->sp_) {
+      norm_.template apply<T>(tokens.local.n, xhat, w_norm, b_norm, u);
+      return;
+    }
+    kernels::Buffer local;
+    T* u_local = local.get<T>(sz(tokens.local.n * norm_.cols));
+    norm_.template apply<T>(tokens.local.n, xhat, w_norm, b_norm, u_local);
+    this->gather_rows(u_local, tokens.local.n, norm_.cols, dtype_of(precision_v<T>), u);
   }
 
   // With PLX_BACKWARD_SKIP_WEIGHT_GRADS: the input gradient only, and the weight gradients'
@@ -175,50 +218,67 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
     const Projections& pr = projections_;
     const int64_t c = this->hidden_;
     const auto io = this->template expect_backward<T>(st, args);
-    const Tokens t{io.batch, io.seq, io.batch * io.seq};
+    const CallTokens tokens = call_tokens(io.batch, io.seq);
+    const Tokens& t = tokens.full;
     const bool split = skips_weight_grads(args);
     const T* w_norm = data<T>(args.params[0]);
     const T* b_norm = norm_.rms ? nullptr : data<T>(args.params[1]);
     const T* w_in = data<T>(args.params[pr.in_index]);
     const T* w_out = data<T>(args.params[pr.in_index + 1]);
 
+    // Under sequence parallelism the output gradient of every rank's tokens (the backward of the
+    // forward's reduce-scatter).
+    kernels::Buffer dy_buf;
+    const T* dy = io.dy;
+    if (this->sp_) {
+      T* gathered = dy_buf.get<T>(sz(t.n * c));
+      this->gather_rows(io.dy, tokens.local.n, c, dtype_of(precision_v<T>), gathered);
+      dy = gathered;
+    }
     // f = mid W_out^T:  d_mid = df W_out,  dW_out += df^T mid.
-    kernels::Buffer call_d_mid, call_d_in, work_buf;
+    kernels::Buffer call_d_mid, call_d_in, du_full_buf;
     T* d_mid = self().mid_gradient_buffer(st, split, call_d_mid).template get<T>(sz(t.n * pr.mid_cols));
-    kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::N, t.n, pr.mid_cols, c, T(1), io.dy, c,
-                              w_out, pr.mid_cols, T(0), d_mid, pr.mid_cols);
+    kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::N, t.n, pr.mid_cols, c, T(1), dy, c, w_out,
+                              pr.mid_cols, T(0), d_mid, pr.mid_cols);
     if (split)
-      std::copy(io.dy, io.dy + t.n * c, st.dy.template get<T>(sz(t.n * c)));
+      std::copy(dy, dy + t.n * c, st.dy.template get<T>(sz(t.n * c)));
     else
-      out_weights<T>(t.n, io.dy, st.mid.template data<T>(),
+      out_weights<T>(t.n, dy, st.mid.template data<T>(),
                      Base::template grad_or_null<T>(args.param_grads, pr.in_index + 1));
 
     // The core (which, in a split backward, also releases what backward_weights does not need).
     const T* d_in = self().template core_backward<T>(st, t, split, d_mid, call_d_in);
 
     // in = u W_in^T:  dW_in += d_in^T u,  du = d_in W_in; then the norm's backward.
+    const int64_t n_local = tokens.local.n;
     if (split) {
       // The input gradient now; the norm's weight gradients from the same du later (the kernel
       // sums the same partial products whether or not it also writes dx).
-      T* du = st.du.template get<T>(sz(t.n * c));
-      this->tp_.finish(norm_output_gradient<T>(t.n, d_in, w_in, du));
+      T* du = st.du.template get<T>(sz(n_local * c));
+      T* du_full = this->sp_ ? du_full_buf.get<T>(sz(t.n * c)) : du;
+      this->tp_.finish(reduce_norm_output_gradient<T>(tokens, d_in, w_in, du_full, du));
       if (io.dx != nullptr)
-        norm_.template backward<T>(t.n, du, st.xhat.template data<T>(), st.rstd.template data<T>(), w_norm,
-                                   io.dx, nullptr, nullptr);
+        norm_.template backward<T>(n_local, du, st.xhat.template data<T>(), st.rstd.template data<T>(),
+                                   w_norm, io.dx, nullptr, nullptr);
       return;
     }
     T* dw_norm = Base::template grad_or_null<T>(args.param_grads, 0);
     T* db_norm = norm_.rms ? nullptr : Base::template grad_or_null<T>(args.param_grads, 1);
+    T* dw_in = Base::template grad_or_null<T>(args.param_grads, pr.in_index);
     const bool norm_backward = io.dx != nullptr || dw_norm != nullptr || db_norm != nullptr;
-    // du's sum over tp runs while this rank computes W_in's gradient.
-    T* du = norm_backward ? work_buf.get<T>(sz(t.n * c)) : nullptr;
-    const plx_request du_summed = norm_backward ? norm_output_gradient<T>(t.n, d_in, w_in, du) : nullptr;
-    kernels::Buffer u;
-    input_projection_weights<T>(t.n, d_in, w_norm, b_norm, st.xhat.template data<T>(), u.get<T>(sz(t.n * c)),
-                                Base::template grad_or_null<T>(args.param_grads, pr.in_index));
+    // u first (its gather is a collective), then du's sum over tp runs while this rank computes
+    // W_in's gradient.
+    kernels::Buffer u_buf, du_buf;
+    T* u = dw_in != nullptr ? u_buf.get<T>(sz(t.n * c)) : nullptr;
+    if (u != nullptr) rebuild_input<T>(tokens, w_norm, b_norm, st.xhat.template data<T>(), u);
+    T* du = norm_backward ? du_buf.get<T>(sz(n_local * c)) : nullptr;
+    T* du_full = norm_backward && this->sp_ ? du_full_buf.get<T>(sz(t.n * c)) : du;
+    const plx_request du_summed =
+        norm_backward ? reduce_norm_output_gradient<T>(tokens, d_in, w_in, du_full, du) : nullptr;
+    if (u != nullptr) input_projection_weights<T>(t.n, d_in, u, dw_in);
     this->tp_.finish(du_summed);
     if (norm_backward)
-      norm_.template backward<T>(t.n, du, st.xhat.template data<T>(), st.rstd.template data<T>(), w_norm,
+      norm_.template backward<T>(n_local, du, st.xhat.template data<T>(), st.rstd.template data<T>(), w_norm,
                                  io.dx, dw_norm, db_norm);
   }
 
@@ -227,19 +287,22 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
   template <class T>
   void run_backward_weights(State& st, const plx_backward_args& args) {
     const Projections& pr = projections_;
-    const int64_t n = st.batch * st.seq;
+    const CallTokens tokens = call_tokens(st.batch, st.seq);
+    const int64_t n = tokens.full.n;
     out_weights<T>(n, st.dy.template data<T>(), st.mid.template data<T>(),
                    Base::template grad_or_null<T>(args.param_grads, pr.in_index + 1));
     const T* w_norm = data<T>(args.params[0]);
     const T* b_norm = norm_.rms ? nullptr : data<T>(args.params[1]);
     T* dw_norm = Base::template grad_or_null<T>(args.param_grads, 0);
     T* db_norm = norm_.rms ? nullptr : Base::template grad_or_null<T>(args.param_grads, 1);
-    kernels::Buffer u;
-    input_projection_weights<T>(n, st.d_in.template data<T>(), w_norm, b_norm, st.xhat.template data<T>(),
-                                u.get<T>(sz(n * norm_.cols)),
-                                Base::template grad_or_null<T>(args.param_grads, pr.in_index));
+    if (T* dw_in = Base::template grad_or_null<T>(args.param_grads, pr.in_index)) {
+      kernels::Buffer u;
+      T* rebuilt = u.get<T>(sz(n * norm_.cols));
+      rebuild_input<T>(tokens, w_norm, b_norm, st.xhat.template data<T>(), rebuilt);
+      input_projection_weights<T>(n, st.d_in.template data<T>(), rebuilt, dw_in);
+    }
     if (dw_norm != nullptr || db_norm != nullptr)
-      norm_.template backward<T>(n, st.du.template data<T>(), st.xhat.template data<T>(),
+      norm_.template backward<T>(tokens.local.n, st.du.template data<T>(), st.xhat.template data<T>(),
                                  st.rstd.template data<T>(), w_norm, nullptr, dw_norm, db_norm);
     for (kernels::Buffer* kept : {&st.dy, &st.d_in, &st.du, &st.mid, &st.xhat, &st.rstd}) kept->release();
     st.saved = false;  // what a backward needs is gone
@@ -254,15 +317,11 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
                                 T(1), dw_out, cols);
   }
 
-  // The input projection's weight gradient, dW_in += d_in^T u with u = norm(x) rebuilt from the
-  // forward's xhat into `u` (n x C; dw_in may be null): the unsplit backward and backward_weights
-  // both call it.
+  // The input projection's weight gradient, dW_in += d_in^T u, from u rebuilt (rebuild_input):
+  // the unsplit backward and backward_weights both call it.
   template <class T>
-  void input_projection_weights(int64_t n, const T* d_in, const T* w_norm, const T* b_norm, const T* xhat,
-                                T* u, T* dw_in) const {
-    if (dw_in == nullptr) return;
+  void input_projection_weights(int64_t n, const T* d_in, const T* u, T* dw_in) const {
     const int64_t rows = projections_.in_rows;
-    norm_.template apply<T>(n, xhat, w_norm, b_norm, u);
     kernels::gemm_parallel<T>(kernels::Trans::T, kernels::Trans::N, rows, norm_.cols, n, T(1), d_in, rows, u,
                               norm_.cols, T(1), dw_in, norm_.cols);
   }

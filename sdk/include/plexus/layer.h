@@ -50,6 +50,10 @@ typedef struct plx_stage_info {
 /* ABI 1.8: the parameter is this rank's shard of a tensor split over the "tp" group: see tp_dim,
  * tp_num_parts and tp_part_sizes in plx_param_spec. */
 #define PLX_PARAM_TENSOR_PARALLEL (1u << 4)
+/* ABI 1.8: whole on every tp rank, but its gradient is this rank's part (the layer ran on this
+ * rank's tokens under sequence parallelism): the host sums it over the "tp" group, after the
+ * data-parallel reduction (Megatron's `sequence_parallel` parameter attribute). */
+#define PLX_PARAM_SEQUENCE_PARALLEL (1u << 5)
 
 /* How the host initializes a parameter, with its counter-based RNG keyed by the run's seed and
  * the parameter's full name (so initialization does not depend on device or load order). */

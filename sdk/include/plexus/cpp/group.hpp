@@ -55,6 +55,15 @@ class Group {
   void all_gather(const DLTensor& send, DLTensor& recv) const {
     check_host(api_->all_gather(api_->ctx, group_, &send, &recv, nullptr, nullptr));
   }
+  // send holds size() x recv; rank r gets the sum of every rank's chunk r. Started; finish() it.
+  plx_request start_reduce_scatter(const DLTensor& send, DLTensor& recv, int32_t op = PLX_REDUCE_SUM) const {
+    plx_request request = nullptr;
+    check_host(api_->reduce_scatter(api_->ctx, group_, &send, &recv, op, nullptr, &request));
+    return request;
+  }
+  void reduce_scatter(const DLTensor& send, DLTensor& recv, int32_t op = PLX_REDUCE_SUM) const {
+    check_host(api_->reduce_scatter(api_->ctx, group_, &send, &recv, op, nullptr, nullptr));
+  }
 
  private:
   const plx_host_api* api_ = nullptr;

@@ -47,6 +47,8 @@ struct ModelSettings {
   // make_vocab_size_divisible_by x tp (set by the model, which knows tp; vocab_size until then).
   int64_t make_vocab_size_divisible_by = 1;
   int64_t padded_vocab_size = 0;
+  // model.sequence_parallel; the model clears it without a tp group of 2 or more ranks.
+  bool sequence_parallel = false;
   int64_t hidden_size = 0;
   int64_t num_layers = 0;
   int64_t num_attention_heads = 0;
@@ -141,6 +143,13 @@ class Model {
   const DecoderPlan& plan() const noexcept { return plan_; }
   // The tensor-parallel group (ModelOptions::tensor_group), or nullptr when the layers are whole.
   const distributed::Communicator* tensor_group() const noexcept { return tensor_group_; }
+  // Sequence parallelism is on (model.sequence_parallel with a tp group): the stream between units
+  // holds this rank's 1/tp of each microbatch's tokens.
+  bool sequence_parallel() const noexcept { return sequence_parallel_; }
+  // The sequence length of the stream of a microbatch of `seq` tokens per sequence: seq / tp under
+  // sequence parallelism (the stream's [batch, seq / tp] are this rank's consecutive block of the
+  // microbatch's batch x seq tokens, in order), else seq.
+  int64_t stream_seq(int64_t seq) const noexcept;
   // Where the parameters live and the layers run (run.device).
   DLDevice device() const noexcept { return device_; }
   ParameterStore& parameters() noexcept { return params_; }
@@ -294,6 +303,7 @@ class Model {
   std::unique_ptr<ParameterResidency> residency_;
   std::unique_ptr<PipelineLink> link_;  // pipelined: the transfers between stages
   const distributed::Communicator* tensor_group_ = nullptr;
+  bool sequence_parallel_ = false;
   std::unique_ptr<ConfigHandle> model_config_;
   std::vector<std::unique_ptr<Unit>> units_;  // every chunk's, in forward order
   std::vector<Chunk> chunks_;

@@ -69,6 +69,9 @@ struct Parameter {
   // State the layer updates itself (PLX_PARAM_BUFFER): no gradient, no reduction, no optimizer;
   // checkpointed like a parameter.
   bool is_buffer() const noexcept { return (flags & PLX_PARAM_BUFFER) != 0; }
+  // Whole on every tp rank with a gradient of this rank's tokens only (PLX_PARAM_SEQUENCE_PARALLEL):
+  // summed over tp once the data-parallel reduction is done.
+  bool partial_over_tp() const noexcept { return (flags & PLX_PARAM_SEQUENCE_PARALLEL) != 0; }
 };
 
 class ParameterStore {
