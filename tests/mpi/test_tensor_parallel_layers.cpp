@@ -142,6 +142,38 @@ Tensor whole_param(const Case& c, uint32_t i, const std::vector<int64_t>& shape)
   return tt::random_tensor(shape, kF64, rng, 0.5);
 }
 
+// One training forward and backward of a layer: its outputs, the gradient of its first input (the
+// hidden states; none for token ids) and of its parameters.
+struct Called {
+  std::vector<Tensor> outputs;
+  Tensor input_grad;
+  std::vector<Tensor> param_grads;
+};
+
+Called call(const plexus::LayerInstance& layer, const Case& c, Tensor x, const Tensor& dy,
+            std::vector<Tensor> params) {
+  const Data d = make_data(c);
+  std::vector<Tensor> inputs{std::move(x)};
+  if (is_head(c)) inputs.push_back(d.targets);
+  tt::Run run(layer, inputs, std::move(params), kF64);
+  Called called;
+  called.outputs = run.forward();
+  std::vector<Tensor> grad_outputs{dy};
+  if (is_head(c)) {  // the loss's seed; the logits need no gradient
+    grad_outputs.push_back(Tensor(called.outputs[1].shape, kF64));
+    grad_outputs.back().null_data = true;
+  }
+  std::vector<Tensor> grad_inputs;
+  for (const Tensor& in : run.inputs) {
+    grad_inputs.push_back(Tensor(in.shape, kF64));
+    grad_inputs.back().null_data = !in.is_float();
+  }
+  for (const Tensor& p : run.params) called.param_grads.push_back(Tensor(p.shape, kF64));
+  run.backward(grad_outputs, grad_inputs, called.param_grads);
+  called.input_grad = grad_inputs[0];
+  return called;
+}
+
 // What a whole layer computes of a case: its outputs (loss and logits for the head), its input
 // gradient (none for the embedding) and its parameter gradients, in that order.
 std::vector<Tensor> whole_results(const Case& c, int tp) {
@@ -154,26 +186,10 @@ std::vector<Tensor> whole_results(const Case& c, int tp) {
     params.push_back(
         whole_param(c, i, std::vector<int64_t>(spec.desc.dims, spec.desc.dims + spec.desc.ndim)));
   }
-  std::vector<Tensor> inputs{d.x};
-  if (is_head(c)) inputs.push_back(d.targets);
-  tt::Run run(*layer, inputs, params, kF64);
-  std::vector<Tensor> out = run.forward();
-  std::vector<Tensor> grad_outputs{d.dy};
-  if (is_head(c)) {
-    grad_outputs.push_back(Tensor(out[1].shape, kF64));
-    grad_outputs.back().null_data = true;
-  }
-  std::vector<Tensor> grad_inputs;
-  for (const Tensor& in : run.inputs) {
-    grad_inputs.push_back(Tensor(in.shape, kF64));
-    grad_inputs.back().null_data = !in.is_float();
-  }
-  std::vector<Tensor> grads;
-  for (const Tensor& p : params) grads.push_back(Tensor(p.shape, kF64));
-  run.backward(grad_outputs, grad_inputs, grads);
-  std::vector<Tensor> results = out;
-  if (!is_embedding(c)) results.push_back(grad_inputs[0]);
-  for (Tensor& g : grads) results.push_back(std::move(g));
+  const Called called = call(*layer, c, d.x, d.dy, std::move(params));
+  std::vector<Tensor> results = called.outputs;
+  if (!is_embedding(c)) results.push_back(called.input_grad);
+  for (const Tensor& g : called.param_grads) results.push_back(g);
   return results;
 }
 
@@ -300,23 +316,11 @@ void check_case(const Case& c, const std::filesystem::path& dir) {
                       : whole.f64;
       params.push_back(std::move(shard));
     }
-    std::vector<Tensor> inputs{sp && !is_embedding(c) ? token_block(d.x, rank, ranks) : d.x};
-    if (is_head(c)) inputs.push_back(d.targets);
-    tt::Run run(*layer, inputs, params, kF64);
-    std::vector<Tensor> out = run.forward();
-    std::vector<Tensor> grad_outputs{sp && !is_head(c) ? token_block(d.dy, rank, ranks) : d.dy};
-    if (is_head(c)) {
-      grad_outputs.push_back(Tensor(out[1].shape, kF64));
-      grad_outputs.back().null_data = true;
-    }
-    std::vector<Tensor> grad_inputs;
-    for (const Tensor& in : run.inputs) {
-      grad_inputs.push_back(Tensor(in.shape, kF64));
-      grad_inputs.back().null_data = !in.is_float();
-    }
-    std::vector<Tensor> grads;
-    for (const Tensor& p : params) grads.push_back(Tensor(p.shape, kF64));
-    run.backward(grad_outputs, grad_inputs, grads);
+    // Under sequence parallelism this rank's block of the hidden states and their gradient.
+    const Called called = call(*layer, c, sp && !is_embedding(c) ? token_block(d.x, rank, ranks) : d.x,
+                               sp && !is_head(c) ? token_block(d.dy, rank, ranks) : d.dy, std::move(params));
+    const std::vector<Tensor>& out = called.outputs;
+    const std::vector<Tensor>& grads = called.param_grads;
 
     std::ifstream reference(reference_file(dir, c, ranks), std::ios::binary);
     BOOST_TEST_REQUIRE(reference.good(), "no reference " << reference_file(dir, c, ranks));
@@ -338,7 +342,7 @@ void check_case(const Case& c, const std::filesystem::path& dir) {
       expect_close(out[0].values(), block(read_doubles(reference, tokens * hidden)), "output");
     }
     if (!is_embedding(c))
-      expect_close(grad_inputs[0].values(), block(read_doubles(reference, tokens * hidden)),
+      expect_close(called.input_grad.values(), block(read_doubles(reference, tokens * hidden)),
                    "input gradient");
     for (std::size_t i = 0; i < grads.size(); ++i) {
       int64_t whole_numel = 1;
