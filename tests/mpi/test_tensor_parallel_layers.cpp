@@ -54,10 +54,12 @@ struct Case {
   std::string activation = "gelu";
   std::string normalization = "RMSNorm";
   bool sequence_parallel = false;
+  boost::json::object options = {};  // the component's own
 };
 
 // Every case at each tp: attention with grouped queries, the MLP with GeLU (LayerNorm: a partial
-// bias too) and SwiGLU (fc1's two parts), the vocabulary-parallel embedding and head; each with
+// bias too) and SwiGLU (fc1's two parts), the vocabulary-parallel embedding and head, and the
+// Mamba-2 mixer (in_proj's five parts, the convolution's three; 4 heads in 4 groups); each with
 // and without sequence parallelism.
 std::vector<Case> cases() {
   std::vector<Case> out;
@@ -67,6 +69,13 @@ std::vector<Case> cases() {
     out.push_back({"mlp_swiglu", "transformer.mlp", "swiglu", "RMSNorm", sp});
     out.push_back({"embedding", "transformer.embedding", "gelu", "RMSNorm", sp});
     out.push_back({"head", "transformer.lm_head", "gelu", "RMSNorm", sp});
+    out.push_back(
+        {"mamba",
+         "mamba.mixer",
+         "gelu",
+         "RMSNorm",
+         sp,
+         {{"mamba_state_dim", 4}, {"mamba_head_dim", 8}, {"mamba_num_groups", 4}, {"chunk_size", 4}}});
   }
   return out;
 }
@@ -91,6 +100,16 @@ boost::json::object model_section(const Case& c, int tp) {
   o["padded_vocab_size"] = m.vocab_size;
   o["sequence_parallel"] = c.sequence_parallel;
   return o;
+}
+
+// The plugins' components: the transformer's and, loaded beside them, the mamba plugin's.
+const plexus::Component& component(const std::string& name) {
+  static const bool mamba = [] {
+    tt::load_built_plugin(tt::host(), "mamba");
+    return true;
+  }();
+  (void)mamba;
+  return tt::component(name);
 }
 
 bool is_embedding(const Case& c) {
@@ -177,7 +196,7 @@ Called call(const plexus::LayerInstance& layer, const Case& c, Tensor x, const T
 // What a whole layer computes of a case: its outputs (loss and logits for the head), its input
 // gradient (none for the embedding) and its parameter gradients, in that order.
 std::vector<Tensor> whole_results(const Case& c, int tp) {
-  const tt::ComponentLayer layer(tt::component(c.component), boost::json::object{}, "model.layer.options",
+  const tt::ComponentLayer layer(component(c.component), c.options, "model.layer.options",
                                  model_section(c, tp), 2, DLDevice{kDLCPU, 0});
   const Data d = make_data(c);
   std::vector<Tensor> params;
@@ -294,7 +313,7 @@ void check_case(const Case& c, const std::filesystem::path& dir) {
   const int32_t rank = runtime.rank(), ranks = runtime.world_size();
   const plexus::distributed::Communicator& tp = *runtime.group("tp");
   BOOST_TEST_CONTEXT(case_name(c) << " at tp " << ranks << ", rank " << rank) {
-    const tt::ComponentLayer layer(tt::component(c.component), boost::json::object{}, "model.layer.options",
+    const tt::ComponentLayer layer(component(c.component), c.options, "model.layer.options",
                                    model_section(c, ranks), 2, DLDevice{kDLCPU, 0});
     const Data d = make_data(c);
     const bool sp = c.sequence_parallel;

@@ -191,8 +191,9 @@ BOOST_AUTO_TEST_CASE(tp_composes_with_zero3) {
   expect_close(root / "whole", root / "tp2_dp2_sp", kSteps);
 }
 
-// Checkpoints reshard: 10 steps at tp = 2 with sequence parallelism, resumed at tp = 4 for 5 and at
-// tp = 1 for the last 5, ends within 1e-6 of the uninterrupted tp = 1 run.
+// Checkpoints reshard: 10 steps at tp = 2 with sequence parallelism, resumed at tp = 4 for 5, at
+// tp = 2 x dp = 2 under ZeRO-3 for 3 and at tp = 1 for the last 2, ends within 1e-6 of the
+// uninterrupted tp = 1 run.
 BOOST_AUTO_TEST_CASE(resume_across_tp_sizes) {
   Corpus corpus;
   const fs::path root = corpus.dir.path();
@@ -202,11 +203,16 @@ BOOST_AUTO_TEST_CASE(resume_across_tp_sizes) {
   train(corpus, root / "b", 4,
         model + tensor_parallel(4) + " --set train.steps=15 --resume " +
             quote((root / "a" / "checkpoints" / step_dir(10)).string()));
-  train(corpus, root / "c", 1,
-        model + " --set train.steps=20 --resume " +
+  // tp = 2 x dp = 2 under ZeRO-3, the same global batch (each data-parallel rank half of it).
+  train(corpus, root / "c", 4,
+        model + tensor_parallel(2) + " --set train.microbatches=1 --set train.steps=18" +
+            R"( --set 'distributed.data_parallel.options={"strategy": "optim_grads_params"}' --resume )" +
             quote((root / "b" / "checkpoints" / step_dir(15)).string()));
+  train(corpus, root / "d", 1,
+        model + " --set train.steps=20 --resume " +
+            quote((root / "c" / "checkpoints" / step_dir(18)).string()));
   const auto whole = plexus::checkpoint::load_checkpoint(root / "whole" / "checkpoints" / step_dir(kSteps));
-  const auto resumed = plexus::checkpoint::load_checkpoint(root / "c" / "checkpoints" / step_dir(kSteps));
+  const auto resumed = plexus::checkpoint::load_checkpoint(root / "d" / "checkpoints" / step_dir(kSteps));
   BOOST_TEST(whole.model.names() == resumed.model.names());
   BOOST_TEST(worst_difference(whole.model, resumed.model, 1e-3) <= kTolerance);
   BOOST_TEST(worst_difference(whole.optimizer, resumed.optimizer, 1e-3) <= kTolerance);
