@@ -91,3 +91,31 @@ BOOST_AUTO_TEST_CASE(mtp_depths_sit_on_the_last_stage) {
           mtp_flops,
       boost::test_tools::tolerance(1e-12));
 }
+
+// --tp N: each tensor-parallel rank's parameters. The default GPT (hidden 32, MLP 128, the byte
+// vocabulary 256, RMSNorm): everything is split but the norms, 2 * 32 per layer and 32 for the
+// final norm, so a rank of 4 holds (whole - norms) / 4 + norms; the vocabulary 256 is a multiple
+// of 4 (no padding). With a vocabulary of 250, make_vocab_size_divisible_by 128 pads it to 256 at
+// tp 1 and 512 at tp 4 (Megatron's rule: a multiple of 128 x tp), which the whole count shows.
+BOOST_AUTO_TEST_CASE(tp_shows_what_each_rank_holds) {
+  const auto whole = show(" --set model.seq_length=16");
+  const auto split = show(" --set model.seq_length=16 --tp 4");
+  const int64_t parameters = whole.at("parameters").to_number<int64_t>();
+  BOOST_TEST(split.at("parameters").to_number<int64_t>() == parameters);
+  const int64_t norms = 2 * 2 * 32 + 32;
+  BOOST_TEST(split.at("parameters_per_tp_rank").to_number<int64_t>() == (parameters - norms) / 4 + norms);
+  BOOST_TEST(split.at("bytes_per_tp_rank").to_number<int64_t>() ==
+             16 * split.at("parameters_per_tp_rank").to_number<int64_t>());
+  for (const auto& unit : split.at("units").as_array())
+    BOOST_TEST(unit.as_object().contains("parameters_per_tp_rank"));
+
+  const std::string padded =
+      " --set model.seq_length=16 --set model.vocab_size=250"
+      " --set model.make_vocab_size_divisible_by=128";
+  BOOST_TEST(show(padded).at("padded_vocab_size").to_number<int64_t>() == 256);
+  const auto padded4 = show(padded + " --tp 4");
+  BOOST_TEST(padded4.at("padded_vocab_size").to_number<int64_t>() == 512);
+  // The tied embedding grows by 256 rows of 32.
+  BOOST_TEST(padded4.at("parameters").to_number<int64_t>() ==
+             show(padded).at("parameters").to_number<int64_t>() + 256 * 32);
+}

@@ -135,6 +135,9 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
     options.model_chunks = static_cast<uint32_t>(t.layout.chunks.size());
   }
   t.model = std::make_unique<Model>(host, rc, options);
+  if (const auto* sp = rc.at("model").as_object().if_contains("sequence_parallel");
+      sp != nullptr && sp->is_bool() && sp->as_bool() && !t.model->sequence_parallel() && t.writer)
+    log_warn("trainer", "model.sequence_parallel has no effect without tensor parallelism (tp = 1)");
   t.seq_length = t.model->settings().seq_length;
   t.scheduler_config = std::make_unique<ConfigHandle>(rc.at("scheduler").at("options"), "scheduler.options");
   t.scheduler = std::make_unique<SchedulerInstance>(
