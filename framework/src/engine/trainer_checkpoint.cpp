@@ -94,20 +94,6 @@ Tensor gather_whole(const distributed::Communicator& tp, const TensorSplit& spli
   return whole;
 }
 
-void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file, const checkpoint::StoredTensor& stored);
-
-// A tensor-parallel rank reads the whole tensor and keeps its shard: a checkpoint of any tp loads
-// at any other.
-void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file, const checkpoint::StoredTensor& stored,
-               const TensorSplit& split) {
-  if (!split.split()) return copy_into(into, file, stored);
-  Tensor whole(whole_shape(into.shape(), split), into.dtype());
-  copy_into(whole, file, stored);
-  Tensor shard(into.shape(), into.dtype());
-  copy_shard(whole, split, split.rank, shard);
-  into.copy_from(shard);
-}
-
 void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file,
                const checkpoint::StoredTensor& stored) {
   const auto view = file.tensor(stored.name);  // shapes were checked first
@@ -119,6 +105,18 @@ void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file,
   checkpoint::transpose(view.bytes, stored.shape[0], stored.shape[1], sizeof(float),
                         {static_cast<std::byte*>(host.raw()), host.bytes()});
   device::copy(into.raw(), into.device(), host.raw(), DLDevice{kDLCPU, 0}, into.bytes());
+}
+
+// A tensor-parallel rank reads the whole tensor and keeps its shard: a checkpoint of any tp loads
+// at any other.
+void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file, const checkpoint::StoredTensor& stored,
+               const TensorSplit& split) {
+  if (!split.split()) return copy_into(into, file, stored);
+  Tensor whole(whole_shape(into.shape(), split), into.dtype());
+  copy_into(whole, file, stored);
+  Tensor shard(into.shape(), into.dtype());
+  copy_shard(whole, split, split.rank, shard);
+  into.copy_from(shard);
 }
 
 // A tensor a checkpoint must hold: its names and its in-memory shape.
