@@ -170,6 +170,33 @@ BOOST_AUTO_TEST_CASE(hybrid_mamba_tp_matches_one_rank) {
              step_losses(root / "tp1" / "metrics.jsonl").front());
 }
 
+// MoE layers (4 experts, top 2, the load-balancing and z losses, a shared expert and the
+// aux-loss-free expert bias) at tp = 2 with sequence parallelism: each rank routes its block of
+// the tokens with every expert whole, the aux loss's counts summed over tp, and the router's,
+// experts' and norm's gradients summed over tp. The expert bias (updated from the step's tokens
+// per expert over both ranks) stays the same on both ranks; the reported losses are the whole
+// microbatch's.
+BOOST_AUTO_TEST_CASE(moe_tp_with_sequence_parallelism_matches_one_rank) {
+  Corpus corpus;
+  const fs::path root = corpus.dir.path();
+  const std::string moe =
+      kModel + " --set model.moe.layer_freq=2" +
+      R"( --set 'model.moe.options={"num_moe_experts": 4, "moe_router_topk": 2, "moe_aux_loss_coeff": 0.01, )"
+      R"("moe_z_loss_coeff": 0.001, "moe_shared_expert_intermediate_size": 32, "moe_router_enable_expert_bias": true}')";
+  train(corpus, root / "tp1", 1, moe);
+  train(corpus, root / "tp2_sp", 2, moe + tensor_parallel(2, ", \"expert_tp\": 1") + kSequenceParallel);
+  expect_close(root / "tp1", root / "tp2_sp", kSteps);
+  const auto whole = records(root / "tp1" / "metrics.jsonl", "step").back();
+  const auto split = records(root / "tp2_sp" / "metrics.jsonl", "step").back();
+  for (const char* metric : {"moe/layer0.aux_loss", "moe/layer0.z_loss"})
+    BOOST_TEST(split.at(metric).to_number<double>() == whole.at(metric).to_number<double>(),
+               boost::test_tools::tolerance(1e-6));
+  for (int e = 0; e < 4; ++e) {
+    const std::string tokens = "moe/layer0.tokens_per_expert." + std::to_string(e);
+    BOOST_TEST(split.at(tokens).to_number<double>() == whole.at(tokens).to_number<double>());
+  }
+}
+
 // tp = 2 composed with dp = 2 under ZeRO-3 (4 ranks, each data-parallel rank taking half the
 // microbatches), against one process with every microbatch; with sequence parallelism the norms'
 // partial gradients are summed over tp on each rank's ZeRO shard.
@@ -219,7 +246,8 @@ BOOST_AUTO_TEST_CASE(resume_across_tp_sizes) {
 }
 
 // What cannot be split is refused by name: query groups and Mamba groups that tp does not divide,
-// MoE layers (not tensor-parallel yet), and context parallelism.
+// MoE layers without sequence parallelism or with expert tensor parallelism, and context
+// parallelism.
 BOOST_AUTO_TEST_CASE(refusals_name_what_does_not_split) {
   Corpus corpus;
   const fs::path root = corpus.dir.path();
@@ -238,13 +266,18 @@ BOOST_AUTO_TEST_CASE(refusals_name_what_does_not_split) {
   BOOST_TEST(mamba.find("mamba.mixer option mamba_num_groups (1) is not divisible by the 2 ranks of the tp "
                         "group") != std::string::npos,
              mamba);
+  // MoE at tp > 1 needs sequence parallelism (Megatron's rule), expert_tp 1 and ep 1.
+  const std::string moe_options =
+      kModel + " --set model.moe.layer_freq=2" + R"( --set 'model.moe.options={"num_moe_experts": 4}')";
   const std::string moe =
-      refused(corpus, root / "moe", 2,
-              kModel + " --set model.moe.layer_freq=2" +
-                  R"( --set 'model.moe.options={"num_moe_experts": 4}')" + tensor_parallel(2));
+      refused(corpus, root / "moe", 2, moe_options + tensor_parallel(2, ", \"expert_tp\": 1"));
+  BOOST_TEST(moe.find("MoE layers under tensor parallelism need sequence parallelism") != std::string::npos,
+             moe);
+  const std::string etp =
+      refused(corpus, root / "etp", 2, moe_options + tensor_parallel(2) + kSequenceParallel);
   BOOST_TEST(
-      moe.find("tensor parallelism (a tp group of 2 ranks) is not built for MoE layers") != std::string::npos,
-      moe);
+      etp.find("expert tensor parallelism (an expert_tp group of 2 ranks) is not built") != std::string::npos,
+      etp);
   const std::string cp =
       refused(corpus, root / "cp", 2, kModel + " --set 'distributed.topology.options={\"cp\": 2}'");
   BOOST_TEST(cp.find("not context-parallel") != std::string::npos, cp);

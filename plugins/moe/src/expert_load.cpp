@@ -10,15 +10,22 @@ namespace plexus::moe {
 
 void ExpertLoad::add(const std::vector<int64_t>& offsets) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  for (std::size_t e = 0; e < counts_.size() && e + 1 < offsets.size(); ++e) counts_[e] += offsets[e + 1] - offsets[e];
+  for (std::size_t e = 0; e < counts_.size() && e + 1 < offsets.size(); ++e)
+    counts_[e] += offsets[e + 1] - offsets[e];
 }
 
-std::vector<double> ExpertLoad::take_global(const plx_host_api& host, const Reduce& reduce) {
+std::vector<double> ExpertLoad::take_global(const plx_host_api& host, const Reduce& reduce,
+                                            const plexus::sdk::Group& sequence) {
   std::vector<double> counts;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     counts.assign(counts_.begin(), counts_.end());
     std::fill(counts_.begin(), counts_.end(), 0);
+  }
+  if (sequence.size() > 1) {  // host memory: sequence parallelism runs on the CPU
+    int64_t extent = static_cast<int64_t>(counts.size());
+    DLTensor t{counts.data(), DLDevice{kDLCPU, 0}, 1, DLDataType{kDLFloat, 64, 1}, &extent, nullptr, 0};
+    sequence.all_reduce(t);
   }
   if (host.group_get == nullptr || host.group_rank == nullptr || host.all_reduce == nullptr) return counts;
   plx_group dp = nullptr;

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "plexus/cpp/group.hpp"
 #include "plexus/host.h"
 
 namespace plexus::moe {
@@ -24,11 +25,13 @@ class ExpertLoad {
   // One training forward's rows per expert, from its permutation offsets [E + 1]. Any thread.
   void add(const std::vector<int64_t>& offsets);
   // The step's counts summed over the "dp" group (this rank's alone without a dp group of more
-  // than one rank), and zero for the next step. Collective over "dp": every rank calls it.
-  // reduce: how to sum a vector over the group, where the host's all_reduce of host memory
-  // cannot (a GPU comm backend); empty: that all_reduce.
+  // than one rank), and over `sequence` (under sequence parallelism the tp ranks holding the
+  // microbatches' other tokens; one rank: none), and zero for the next step. Collective over
+  // "dp" and `sequence`: every rank calls it. reduce: how to sum a vector over the dp group, where
+  // the host's all_reduce of host memory cannot (a GPU comm backend); empty: that all_reduce.
   using Reduce = std::function<void(plx_group, std::vector<double>&)>;
-  std::vector<double> take_global(const plx_host_api& host, const Reduce& reduce = {});
+  std::vector<double> take_global(const plx_host_api& host, const Reduce& reduce = {},
+                                  const plexus::sdk::Group& sequence = {});
 
  private:
   std::mutex mutex_;

@@ -121,16 +121,30 @@ MoeConfig read_config(const plx_layer_create_args& args) {
                                                        : " runs on the CPU only (device type ") +
                                          std::to_string(static_cast<int>(device.device_type)) +
                                          " requested)");
-  for (const char* group : {"tp", "expert_tp"}) {
-    const plexus::sdk::Group g = plexus::sdk::Group::find(plexus::sdk::Host::current(), group);
-    if (g.size() > 1)
-      throw Error(PLX_ERR_UNSUPPORTED,
-                  std::string(kComponent) + ": tensor parallelism (a " + group + " group of " +
-                      std::to_string(g.size()) +
-                      " ranks) is not built for MoE layers yet; set "
-                      "distributed.topology.options.tp and expert_tp to 1 for a model with "
-                      "MoE layers");
-  }
+  // Tensor parallelism: the layer runs on each rank's block of the tokens (sequence
+  // parallelism, which Megatron requires for MoE at tp > 1) with every expert whole on every tp
+  // rank; expert tensor parallelism and experts divided over ep beside tp are not built.
+  const plexus::sdk::Host host = plexus::sdk::Host::current();
+  const plexus::sdk::Group tp = plexus::sdk::Group::find(host, "tp");
+  const plexus::sdk::Group expert_tp = plexus::sdk::Group::find(host, "expert_tp");
+  const plexus::sdk::Group ep = plexus::sdk::Group::find(host, "ep");
+  const std::string at = std::string(kComponent) + " at tp " + std::to_string(tp.size()) + ": ";
+  if (expert_tp.size() > 1)
+    throw Error(PLX_ERR_UNSUPPORTED,
+                std::string(kComponent) + ": expert tensor parallelism (an expert_tp group of " +
+                    std::to_string(expert_tp.size()) +
+                    " ranks) is not built; set distributed.topology.options.expert_tp to 1 "
+                    "(it defaults to tp)");
+  if (tp.size() > 1 && !host.config_bool_if(args.model_config, "sequence_parallel").value_or(false))
+    throw Error(PLX_ERR_UNSUPPORTED, at + "MoE layers under tensor parallelism need sequence parallelism, as "
+                                          "Megatron-LM requires (set model.sequence_parallel to true)");
+  if (tp.size() > 1 && ep.size() > 1)
+    throw Error(PLX_ERR_UNSUPPORTED, at + "experts divided over an ep group (of " +
+                                         std::to_string(ep.size()) +
+                                         " ranks) beside tensor parallelism are not built; set ep to 1");
+  if (tp.size() > 1 && device.device_type == kDLCUDA)
+    throw Error(PLX_ERR_UNSUPPORTED, at + "tensor parallelism runs on the CPU only; the CUDA layer is whole "
+                                          "(set distributed.topology.options.tp to 1)");
   return MoeConfig::read(plexus::sdk::Host::current(), args.config, args.model_config,
                          plx_layer_residual_layers(&args));
 }
@@ -150,6 +164,7 @@ class MoeLayer final : public plexus::sdk::Layer {
   explicit MoeLayer(const plx_layer_create_args& args)
       : config_(read_config(args)),
         layer_index_(args.layer_index),
+        sequence_(plexus::sdk::Group::find(plexus::sdk::Host::current(), "tp")),
         ep_(ExpertGroup::find(*plexus::sdk::Host::current().api(), config_.experts)),
         load_(config_.experts),
         device_(args.device) {
@@ -330,9 +345,12 @@ class MoeLayer final : public plexus::sdk::Layer {
   }
 
  private:
+  // Under sequence parallelism every trained parameter sees this rank's tokens only: its gradient
+  // is a part the host sums over tp (PLX_PARAM_SEQUENCE_PARALLEL); a buffer has none.
   void add(const std::string& name, std::initializer_list<int64_t> dims, uint32_t init, double std_dev,
            uint32_t flags) {
     names_.push_back(name);
+    if (sequence_.size() > 1 && (flags & PLX_PARAM_BUFFER) == 0) flags |= PLX_PARAM_SEQUENCE_PARALLEL;
     plx_param_spec p = plexus::sdk::param_spec(names_.back().c_str(), dims, init, std_dev, flags);
     specs_.push_back(p);
   }
@@ -410,6 +428,14 @@ class MoeLayer final : public plexus::sdk::Layer {
   void report(double aux_loss, double z_loss, int64_t dropped) const {
     const plexus::sdk::Host host = plexus::sdk::Host::current();
     const plx_host_api* api = host.api();
+    if (sequence_.size() > 1) {  // each rank's losses are its tokens' parts: the whole microbatch's sum
+      double losses[2] = {aux_loss, z_loss};
+      int64_t extent = 2;
+      DLTensor view{losses, DLDevice{kDLCPU, 0}, 1, DLDataType{kDLFloat, 64, 1}, &extent, nullptr, 0};
+      sequence_.all_reduce(view);
+      aux_loss = losses[0];
+      z_loss = losses[1];
+    }
     if (!PLX_HAS_FIELD(api, plx_host_api, report_metric) || api->report_metric == nullptr) return;
     const std::string prefix = "layer" + std::to_string(layer_index_) + ".";
     api->report_metric(api->ctx, (prefix + "aux_loss").c_str(), aux_loss);
@@ -429,7 +455,7 @@ class MoeLayer final : public plexus::sdk::Layer {
       on_device = [&](plx_group group, std::vector<double>& values) {
         device_impl_->all_reduce_sum(*host.api(), group, values);
       };
-    const std::vector<double> counts = load_.take_global(*host.api(), on_device);
+    const std::vector<double> counts = load_.take_global(*host.api(), on_device, sequence_);
     const plx_host_api* api = host.api();
     double total = 0;
     for (double n : counts) total += n;
@@ -492,7 +518,7 @@ class MoeLayer final : public plexus::sdk::Layer {
         k::layernorm_forward<T>(n, c.hidden, data<T>(args.inputs[0]), w_norm, data<T>(args.params[1]),
                                 static_cast<T>(c.prenorm_eps), u, xhat, rstd);
       router_forward<T>(c, n, u, data<T>(args.params[router_index_]),
-                        c.expert_bias ? data<T>(args.params[bias_index_]) : nullptr, st.router);
+                        c.expert_bias ? data<T>(args.params[bias_index_]) : nullptr, st.router, sequence_);
       int64_t dropped = 0;
       if (c.capacity_factor > 0)
         dropped = apply_capacity<T>(c, n, st.router.chosen.data(), st.router.probs.data<T>(), st.kept);
@@ -795,6 +821,9 @@ class MoeLayer final : public plexus::sdk::Layer {
 
   MoeConfig config_;
   uint32_t layer_index_ = 0;
+  // The tp group: under sequence parallelism (required at tp > 1) the ranks holding the
+  // microbatch's other tokens; one rank otherwise.
+  plexus::sdk::Group sequence_;
   ExpertGroup ep_;                 // this rank's experts: all of them without an ep group
   std::vector<Step> steps_;        // stage index -> step
   std::deque<std::string> names_;  // the specs' names point into it (a deque never moves them)

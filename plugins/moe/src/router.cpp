@@ -44,7 +44,8 @@ std::vector<int32_t> group_candidates(const MoeConfig& c, const T* z, const T* b
   for (int64_t g = 0; g < c.groups; ++g) {
     std::vector<double> mine(score.begin() + g * per_group, score.begin() + (g + 1) * per_group);
     std::sort(mine.begin(), mine.end(), std::greater<>());
-    for (int64_t j = 0; j < summed; ++j) group_score[static_cast<std::size_t>(g)] += mine[static_cast<std::size_t>(j)];
+    for (int64_t j = 0; j < summed; ++j)
+      group_score[static_cast<std::size_t>(g)] += mine[static_cast<std::size_t>(j)];
   }
   std::vector<int32_t> groups(static_cast<std::size_t>(c.groups));
   std::iota(groups.begin(), groups.end(), 0);
@@ -90,13 +91,13 @@ std::vector<double> selection_scores(const MoeConfig& c, const T* z, const T* bi
 
 template <class T>
 void router_forward(const MoeConfig& c, int64_t tokens, const T* u, const T* w_router, const T* bias,
-                    RouterSaved& s) {
+                    RouterSaved& s, const plexus::sdk::Group& sequence) {
   const int64_t e_count = c.experts, kk = c.topk;
   const auto sz = [](int64_t v) { return static_cast<std::size_t>(v); };
   s.tokens = tokens;
   T* logits = s.logits.get<T>(sz(tokens * e_count));
-  k::gemm_parallel<T>(k::Trans::N, k::Trans::T, tokens, e_count, c.hidden, T(1), u, c.hidden, w_router, c.hidden,
-                      T(0), logits, e_count);
+  k::gemm_parallel<T>(k::Trans::N, k::Trans::T, tokens, e_count, c.hidden, T(1), u, c.hidden, w_router,
+                      c.hidden, T(0), logits, e_count);
   T* scores = s.scores.get<T>(sz(tokens * e_count));
   T* probs = s.probs.get<T>(sz(tokens * kk));
   T* lse = s.lse.get<T>(sz(tokens));
@@ -161,8 +162,17 @@ void router_forward(const MoeConfig& c, int64_t tokens, const T* u, const T* w_r
     ++s.aux_counts[sz(plain[sz(i)])];
   }
 
+  // Under sequence parallelism the aux loss's counts are the whole microbatch's.
+  s.loss_tokens = tokens * sequence.size();
+  if (sequence.size() > 1) {
+    std::vector<double> counts(s.aux_counts.begin(), s.aux_counts.end());
+    int64_t extent = e_count;
+    DLTensor view{counts.data(), DLDevice{kDLCPU, 0}, 1, DLDataType{kDLFloat, 64, 1}, &extent, nullptr, 0};
+    sequence.all_reduce(view);
+    for (int64_t i = 0; i < e_count; ++i) s.aux_counts[sz(i)] = static_cast<int64_t>(counts[sz(i)]);
+  }
   // The losses in double, whatever T: they are reported values, not part of the output.
-  const double n = static_cast<double>(tokens);
+  const double n = static_cast<double>(s.loss_tokens);
   s.aux_loss = 0;
   if (c.aux_loss_coeff > 0) {
     for (int64_t i = 0; i < e_count; ++i) {
@@ -174,26 +184,29 @@ void router_forward(const MoeConfig& c, int64_t tokens, const T* u, const T* w_r
   }
   s.z_loss = 0;
   if (c.z_loss_coeff > 0) {
-    for (int64_t t = 0; t < tokens; ++t) s.z_loss += static_cast<double>(lse[t]) * static_cast<double>(lse[t]);
+    for (int64_t t = 0; t < tokens; ++t)
+      s.z_loss += static_cast<double>(lse[t]) * static_cast<double>(lse[t]);
     s.z_loss *= c.z_loss_coeff / n;
   }
 }
 
 template <class T>
-void router_backward(const MoeConfig& c, const RouterSaved& s, const T* dprobs, double loss_scale, T* dlogits) {
+void router_backward(const MoeConfig& c, const RouterSaved& s, const T* dprobs, double loss_scale,
+                     T* dlogits) {
   const int64_t e_count = c.experts, kk = c.topk, tokens = s.tokens;
   const auto sz = [](int64_t v) { return static_cast<std::size_t>(v); };
   const T* logits = s.logits.data<T>();
   const T* scores = s.scores.data<T>();
   const T* probs = s.probs.data<T>();
   const T* lse = s.lse.data<T>();
-  const double n = static_cast<double>(tokens);
+  const double n = static_cast<double>(s.loss_tokens);
   // d aux / d s_ti = E coeff / (k T^2) count_i, the same for every token.
   std::vector<T> aux_grad(sz(e_count), T(0));
   if (c.aux_loss_coeff > 0)
     for (int64_t i = 0; i < e_count; ++i)
-      aux_grad[sz(i)] = static_cast<T>(loss_scale * static_cast<double>(e_count) * c.aux_loss_coeff /
-                                       (static_cast<double>(kk) * n * n) * static_cast<double>(s.aux_counts[sz(i)]));
+      aux_grad[sz(i)] =
+          static_cast<T>(loss_scale * static_cast<double>(e_count) * c.aux_loss_coeff /
+                         (static_cast<double>(kk) * n * n) * static_cast<double>(s.aux_counts[sz(i)]));
   const T z_grad = static_cast<T>(loss_scale * 2 * c.z_loss_coeff / n);
 
 #pragma omp parallel for schedule(static)
@@ -251,9 +264,9 @@ void router_backward(const MoeConfig& c, const RouterSaved& s, const T* dprobs, 
 }
 
 template void router_forward<float>(const MoeConfig&, int64_t, const float*, const float*, const float*,
-                                    RouterSaved&);
+                                    RouterSaved&, const plexus::sdk::Group&);
 template void router_forward<double>(const MoeConfig&, int64_t, const double*, const double*, const double*,
-                                     RouterSaved&);
+                                     RouterSaved&, const plexus::sdk::Group&);
 template void router_backward<float>(const MoeConfig&, const RouterSaved&, const float*, double, float*);
 template void router_backward<double>(const MoeConfig&, const RouterSaved&, const double*, double, double*);
 

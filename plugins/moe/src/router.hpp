@@ -11,8 +11,8 @@
 // the layer updates after each step, expert_bias.hpp) the selection is the k largest of
 // score_i + b_i instead (score: the logit for softmax after the top-k, the softmax over all E
 // before it, the sigmoid), and b enters nothing else: the probabilities p that weight the
-// chosen experts' outputs are those of the unbiased scores at the chosen experts. With group-limited routing (Megatron's
-// group_limited_topk) the experts form G equal groups, each scored by the sum of its k / g
+// chosen experts' outputs are those of the unbiased scores at the chosen experts. With group-limited routing
+// (Megatron's group_limited_topk) the experts form G equal groups, each scored by the sum of its k / g
 // largest selection scores (the logits for softmax after the top-k, else the softmax or sigmoid
 // scores); a token chooses among the experts of its g best groups only.
 //
@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "plexus/cpp/group.hpp"
 #include "plexus_kernels/buffer.hpp"
 
 namespace plexus::moe {
@@ -43,18 +44,24 @@ struct RouterSaved {
   std::vector<int32_t> chosen;      // [T, k]: expert ids, largest (biased) selection score first
   std::vector<int64_t> counts;      // [E]: tokens routed to each expert
   std::vector<int64_t> aux_counts;  // [E]: the aux loss's counts (a top-k without groups)
+  // The tokens the auxiliary losses average over: the microbatch's; under sequence parallelism
+  // every tp rank's (aux_counts are then summed over tp too), so each rank's losses are its
+  // tokens' parts of the whole microbatch's (Megatron reduces the counts over tp x cp).
+  int64_t loss_tokens = 0;
   double aux_loss = 0, z_loss = 0;
 };
 
 // logits = u Wr^T, the choice, the probabilities, the counts and the auxiliary losses. bias [E]:
-// the expert bias added to the selection scores, or null (none).
+// the expert bias added to the selection scores, or null (none). `sequence`: under sequence
+// parallelism the tp group whose ranks hold the microbatch's other tokens (one rank: none).
 template <class T>
 void router_forward(const MoeConfig& c, int64_t tokens, const T* u, const T* w_router, const T* bias,
-                    RouterSaved& s);
+                    RouterSaved& s, const plexus::sdk::Group& sequence);
 
 // dlogits [T, E] (written) from dprobs [T, k] and the auxiliary losses' gradients scaled by
 // loss_scale.
 template <class T>
-void router_backward(const MoeConfig& c, const RouterSaved& s, const T* dprobs, double loss_scale, T* dlogits);
+void router_backward(const MoeConfig& c, const RouterSaved& s, const T* dprobs, double loss_scale,
+                     T* dlogits);
 
 }  // namespace plexus::moe
