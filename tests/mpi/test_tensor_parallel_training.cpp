@@ -173,9 +173,9 @@ BOOST_AUTO_TEST_CASE(hybrid_mamba_tp_matches_one_rank) {
 // MoE layers (4 experts, top 2, the load-balancing and z losses, a shared expert and the
 // aux-loss-free expert bias) at tp = 2 with sequence parallelism: each rank routes its block of
 // the tokens with every expert whole, the aux loss's counts summed over tp, and the router's,
-// experts' and norm's gradients summed over tp. The expert bias (updated from the step's tokens
-// per expert over both ranks) stays the same on both ranks; the reported losses are the whole
-// microbatch's.
+// experts' and norm's gradients summed over tp; and with the experts divided over ep beside tp. The expert
+// bias (updated from the step's tokens per expert over both ranks) stays the same on both ranks; the reported
+// losses are the whole microbatch's.
 BOOST_AUTO_TEST_CASE(moe_tp_with_sequence_parallelism_matches_one_rank) {
   Corpus corpus;
   const fs::path root = corpus.dir.path();
@@ -185,7 +185,15 @@ BOOST_AUTO_TEST_CASE(moe_tp_with_sequence_parallelism_matches_one_rank) {
       R"("moe_z_loss_coeff": 0.001, "moe_shared_expert_intermediate_size": 32, "moe_router_enable_expert_bias": true}')";
   train(corpus, root / "tp1", 1, moe);
   train(corpus, root / "tp2_sp", 2, moe + tensor_parallel(2, ", \"expert_tp\": 1") + kSequenceParallel);
-  expect_close(root / "tp1", root / "tp2_sp", kSteps);
+  // Experts divided over ep = 2 beside tp = 2: the tp ranks exchange their blocks' tokens; and
+  // with dp = 2 (4 ranks, a microbatch each), the experts' gradients summed over expert_dp.
+  train(corpus, root / "tp2_ep2_sp", 2,
+        moe + tensor_parallel(2, ", \"expert_tp\": 1, \"ep\": 2") + kSequenceParallel);
+  train(corpus, root / "tp2_ep2_dp2_sp", 4,
+        moe + " --set train.microbatches=1" + tensor_parallel(2, ", \"expert_tp\": 1, \"ep\": 2") +
+            kSequenceParallel);
+  for (const char* run : {"tp2_sp", "tp2_ep2_sp", "tp2_ep2_dp2_sp"})
+    expect_close(root / "tp1", root / run, kSteps);
   const auto whole = records(root / "tp1" / "metrics.jsonl", "step").back();
   const auto split = records(root / "tp2_sp" / "metrics.jsonl", "step").back();
   for (const char* metric : {"moe/layer0.aux_loss", "moe/layer0.z_loss"})

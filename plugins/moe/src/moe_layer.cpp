@@ -138,10 +138,18 @@ MoeConfig read_config(const plx_layer_create_args& args) {
   if (tp.size() > 1 && !host.config_bool_if(args.model_config, "sequence_parallel").value_or(false))
     throw Error(PLX_ERR_UNSUPPORTED, at + "MoE layers under tensor parallelism need sequence parallelism, as "
                                           "Megatron-LM requires (set model.sequence_parallel to true)");
-  if (tp.size() > 1 && ep.size() > 1)
-    throw Error(PLX_ERR_UNSUPPORTED, at + "experts divided over an ep group (of " +
-                                         std::to_string(ep.size()) +
-                                         " ranks) beside tensor parallelism are not built; set ep to 1");
+  // Experts divided over ep beside tp: each expert's gradient holds the tokens of its ep group,
+  // summed over the ranks holding the same experts (expert_dp) by the data-parallel strategy,
+  // which runs only when dp has more than one rank.
+  const plexus::sdk::Group dp = plexus::sdk::Group::find(host, "dp");
+  const plexus::sdk::Group expert_dp = plexus::sdk::Group::find(host, "expert_dp");
+  if (tp.size() > 1 && ep.size() > 1 && dp.size() == 1 && expert_dp.size() > 1)
+    throw Error(PLX_ERR_UNSUPPORTED,
+                at + "experts over an ep group of " + std::to_string(ep.size()) + " ranks leave " +
+                    std::to_string(expert_dp.size()) +
+                    " ranks holding the same experts, whose gradients only a data-parallel "
+                    "strategy sums, and dp has one rank; set ep to tp (" +
+                    std::to_string(tp.size()) + ") or train with dp > 1");
   if (tp.size() > 1 && device.device_type == kDLCUDA)
     throw Error(PLX_ERR_UNSUPPORTED, at + "tensor parallelism runs on the CPU only; the CUDA layer is whole "
                                           "(set distributed.topology.options.tp to 1)");
@@ -201,8 +209,12 @@ class MoeLayer final : public plexus::sdk::Layer {
       add(prefix + "linear_fc1.weight", {c.fc1_rows(), c.hidden}, PLX_INIT_NORMAL, c.init_std, 0);
       add(prefix + "linear_fc2.weight", {c.hidden, c.ffn}, PLX_INIT_NORMAL, c.output_init_std, 0);
       if (ep_.parallel()) {
-        specs_[specs_.size() - 2].grad_group = kExpertGradGroup;
-        specs_.back().grad_group = kExpertGradGroup;
+        // They hold every token of the ep group (under sequence parallelism every tp rank's
+        // block that routes to them): no part to sum over tp.
+        for (plx_param_spec* expert : {&specs_[specs_.size() - 2], &specs_.back()}) {
+          expert->grad_group = kExpertGradGroup;
+          expert->flags &= ~uint32_t{PLX_PARAM_SEQUENCE_PARALLEL};
+        }
       }
     }
     // Megatron's SharedExpertMLP names: one MLP of moe_shared_expert_intermediate_size.
