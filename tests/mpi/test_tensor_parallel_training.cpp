@@ -253,6 +253,38 @@ BOOST_AUTO_TEST_CASE(resume_across_tp_sizes) {
   BOOST_TEST(worst_difference(whole.optimizer, resumed.optimizer, 1e-3) <= kTolerance);
 }
 
+// Megatron's vocabulary padding depends on tp: with make_vocab_size_divisible_by 96 the byte
+// vocabulary (256) is padded to 384 rows at tp = 2 and to 288 at tp = 1. A checkpoint of either
+// resumes at the other, saying so: the rows both paddings hold are loaded, new rows are zero (the
+// embedding and output layer are PLX_PARAM_VOCABULARY), as Megatron's allow_shape_mismatch does.
+BOOST_AUTO_TEST_CASE(a_checkpoint_resumes_at_another_vocabulary_padding) {
+  Corpus corpus;
+  const fs::path root = corpus.dir.path();
+  const std::string model = kModel + " --set model.make_vocab_size_divisible_by=96";
+  train(corpus, root / "tp2", 2, model + tensor_parallel(2) + " --set train.steps=10");
+  const auto tp2 = plexus::checkpoint::load_checkpoint(root / "tp2" / "checkpoints" / step_dir(10));
+  BOOST_TEST(tp2.model.info("embedding.word_embeddings.weight").shape.at(0) == 384);
+  const std::string resume = plexus::test::kOneThread +
+                             corpus.train((root / "tp1").string(),
+                                          model + " --set train.steps=12 --resume " +
+                                              quote((root / "tp2" / "checkpoints" / step_dir(10)).string()));
+  const auto resumed = run_process(resume);
+  BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
+  BOOST_TEST(
+      resumed.output.find("embedding.word_embeddings.weight has 384 rows and this run pads the vocabulary "
+                          "to 288") != std::string::npos,
+      resumed.output);
+  const auto tp1 = plexus::checkpoint::load_checkpoint(root / "tp1" / "checkpoints" / step_dir(12));
+  BOOST_TEST(tp1.model.info("embedding.word_embeddings.weight").shape.at(0) == 288);
+  BOOST_TEST(tp1.optimizer.info("embedding.word_embeddings.weight.exp_avg").shape.at(0) == 288);
+  // And back: 288 rows resumed at tp = 2 (384).
+  train(corpus, root / "back", 2,
+        model + tensor_parallel(2) + " --set train.steps=14 --resume " +
+            quote((root / "tp1" / "checkpoints" / step_dir(12)).string()));
+  const auto back = plexus::checkpoint::load_checkpoint(root / "back" / "checkpoints" / step_dir(14));
+  BOOST_TEST(back.model.info("embedding.word_embeddings.weight").shape.at(0) == 384);
+}
+
 // What cannot be split is refused by name: query groups and Mamba groups that tp does not divide,
 // MoE layers without sequence parallelism or with expert tensor parallelism, and context
 // parallelism.

@@ -341,8 +341,10 @@ BOOST_AUTO_TEST_CASE(parameters_names_shapes_init_and_flags) {
     }
   };
   const uint32_t nd = PLX_PARAM_NO_WEIGHT_DECAY;
+  // The embedding's and the head's rows are the padded vocabulary (PLX_PARAM_VOCABULARY).
+  const uint32_t vocabulary = PLX_PARAM_VOCABULARY;
   check("transformer.embedding", m,
-        {{"embedding.word_embeddings.weight", {11, 12}, PLX_INIT_NORMAL, 0.02, 0, 0}});
+        {{"embedding.word_embeddings.weight", {11, 12}, PLX_INIT_NORMAL, 0.02, vocabulary, 0}});
   // hd = 4; (nh + 2 ng) hd = (3 + 2) * 4 = 20 qkv rows.
   check("transformer.attention", m,
         {{"input_layernorm.weight", {12}, PLX_INIT_ONES, 0, nd},
@@ -358,7 +360,7 @@ BOOST_AUTO_TEST_CASE(parameters_names_shapes_init_and_flags) {
   check("transformer.norm", m,
         {{"weight", {12}, PLX_INIT_ONES, 0, nd}, {"bias", {12}, PLX_INIT_ZEROS, 0, nd}});
   check("transformer.lm_head", m,
-        {{"embedding.word_embeddings.weight", {11, 12}, PLX_INIT_NORMAL, 0.02, 0, 0}});
+        {{"embedding.word_embeddings.weight", {11, 12}, PLX_INIT_NORMAL, 0.02, vocabulary, 0}});
 
   tt::Model r = small("RMSNorm", "gelu", 3);
   check("transformer.attention", r,
@@ -371,7 +373,7 @@ BOOST_AUTO_TEST_CASE(parameters_names_shapes_init_and_flags) {
          {"mlp.linear_fc2.weight", {12, 10}, PLX_INIT_NORMAL, scaled, 0, 1}});
   check("transformer.norm", r, {{"weight", {12}, PLX_INIT_ONES, 0, nd}});
   r.untie_embeddings_and_output_weights = true;
-  check("transformer.lm_head", r, {{"output_layer.weight", {11, 12}, PLX_INIT_NORMAL, 0.02, 0, 0}});
+  check("transformer.lm_head", r, {{"output_layer.weight", {11, 12}, PLX_INIT_NORMAL, 0.02, vocabulary, 0}});
 }
 
 // The output projections' depth scaling counts the layers that add to the residual stream, which

@@ -108,21 +108,39 @@ void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file,
 }
 
 // A tensor-parallel rank reads the whole tensor and keeps its shard: a checkpoint of any tp loads
-// at any other.
+// at any other. A vocabulary padded otherwise (the file's rows differ: locate_all allowed it only
+// for PLX_PARAM_VOCABULARY) loads its rows up to the smaller padding, zeros beyond it.
 void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file, const checkpoint::StoredTensor& stored,
                const TensorSplit& split) {
-  if (!split.split()) return copy_into(into, file, stored);
-  Tensor whole(whole_shape(into.shape(), split), into.dtype());
-  copy_into(whole, file, stored);
+  const std::vector<int64_t> shape = whole_shape(into.shape(), split);
+  const bool repadded = !stored.shape.empty() && stored.shape[0] != shape[0];
+  if (!split.split() && !repadded) return copy_into(into, file, stored);
+  Tensor whole(shape, into.dtype());
+  if (repadded) {
+    whole.zero();
+    Tensor as_stored(stored.shape, into.dtype());
+    copy_into(as_stored, file, stored);
+    const std::size_t rows = static_cast<std::size_t>(std::min(stored.shape[0], shape[0]));
+    std::memcpy(whole.raw(), as_stored.raw(),
+                rows * (as_stored.bytes() / static_cast<std::size_t>(stored.shape[0])));
+  } else {
+    copy_into(whole, file, stored);
+  }
+  if (!split.split()) {
+    into.copy_from(whole);
+    return;
+  }
   Tensor shard(into.shape(), into.dtype());
   copy_shard(whole, split, split.rank, shard);
   into.copy_from(shard);
 }
 
-// A tensor a checkpoint must hold: its names and its in-memory shape.
+// A tensor a checkpoint must hold: its names and its in-memory shape, and whether its rows are
+// the padded vocabulary (PLX_PARAM_VOCABULARY: another padding loads).
 struct Wanted {
   checkpoint::TensorNames names;
   std::vector<int64_t> shape;
+  bool vocabulary = false;
 };
 
 // Where each of `tensors` is in `file` (either spelling or an alias, either layout of phi),
@@ -130,15 +148,26 @@ struct Wanted {
 // `earlier`. `elsewhere`: tensors the file holds that other ranks load (the experts of the rest of
 // the ep group), expected in the file but not read here; `others_allowed`: the file may hold
 // tensors this rank does not list (a pipeline stage loads its own part of the model).
+// `vocabulary`: the model's vocabulary size; a tensor of vocabulary rows may hold another number of
+// them, as long as both hold the vocabulary (it is added to `repadded`).
 std::vector<checkpoint::StoredTensor> locate_all(const checkpoint::SafetensorsFile& file,
                                                  const std::vector<Wanted>& tensors,
                                                  checkpoint::NameStyle style,
                                                  std::vector<std::string>& earlier,
-                                                 const std::vector<Wanted>& elsewhere, bool others_allowed) {
+                                                 const std::vector<Wanted>& elsewhere, bool others_allowed,
+                                                 int64_t vocabulary, std::vector<std::string>& repadded) {
   std::vector<checkpoint::StoredTensor> found;
   std::vector<checkpoint::ExpectedTensor> expected;
   for (const Wanted& t : tensors) {
     found.push_back(checkpoint::locate(file, t.names, t.shape, style));
+    if (t.vocabulary && file.contains(found.back().name)) {
+      const auto& stored = file.info(found.back().name).shape;
+      if (stored.size() == t.shape.size() && !stored.empty() && stored[0] != t.shape[0] &&
+          stored[0] >= vocabulary && std::equal(stored.begin() + 1, stored.end(), t.shape.begin() + 1)) {
+        found.back().shape.assign(stored.begin(), stored.end());
+        repadded.push_back(found.back().name);
+      }
+    }
     expected.push_back({found.back().name, found.back().shape, checkpoint::DType::f32});
     if (found.back().earlier_layout) earlier.push_back(found.back().name);
   }
@@ -464,11 +493,12 @@ void Trainer::Impl::load_tensors(const std::filesystem::path& dir,
   std::vector<std::size_t> moment_of(params.size(), 0);  // where parameter p's two moments start in `moments`
   for (std::size_t p = 0; p < params.size(); ++p) {
     const checkpoint::TensorNames names = names_of(params[p], model->plan());
-    parameters.push_back({names, params[p].whole_shape});
+    const bool vocabulary = params[p].vocabulary_rows();
+    parameters.push_back({names, params[p].whole_shape, vocabulary});
     moment_of[p] = moments.size();
     if (params[p].is_buffer()) continue;  // checkpointed as a value only
     for (const char* suffix : kMomentSuffix)
-      moments.push_back({names.with_suffix(suffix), params[p].whole_shape});
+      moments.push_back({names.with_suffix(suffix), params[p].whole_shape, vocabulary});
   }
   // Under expert parallelism the file holds every expert; this rank loads its own and expects the
   // others' (named by the ranks of its ep group) to be there too.
@@ -487,12 +517,22 @@ void Trainer::Impl::load_tensors(const std::filesystem::path& dir,
       }
     }
   }
-  std::vector<std::string> earlier_parameters, earlier_moments;
+  std::vector<std::string> earlier_parameters, earlier_moments, repadded, repadded_moments;
   const bool stage = pp != nullptr;  // the file holds every stage's tensors
-  const auto stored_parameters =
-      locate_all(loaded.model, parameters, checkpoint_names, earlier_parameters, other_parameters, stage);
-  const auto stored_moments =
-      locate_all(loaded.optimizer, moments, checkpoint_names, earlier_moments, other_moments, stage);
+  const int64_t vocabulary = model->settings().vocab_size;
+  const auto stored_parameters = locate_all(loaded.model, parameters, checkpoint_names, earlier_parameters,
+                                            other_parameters, stage, vocabulary, repadded);
+  const auto stored_moments = locate_all(loaded.optimizer, moments, checkpoint_names, earlier_moments,
+                                         other_moments, stage, vocabulary, repadded_moments);
+  for (const std::string& name : repadded)
+    log_warn("trainer",
+             "checkpoint " + dir.string() + ": " + name + " has " +
+                 std::to_string(loaded.model.info(name).shape[0]) +
+                 " rows and this run pads the vocabulary to " +
+                 std::to_string(model->settings().padded_vocab_size) +
+                 ": the rows both paddings hold are loaded, new rows are zero (Megatron's rule for "
+                 "another padding); the padded rows' logits enter the softmax, so this is a small "
+                 "change of the model");
   model->write_parameters(
       [&](std::size_t p) { copy_into(params[p].value, loaded.model, stored_parameters[p], params[p].tp); });
   update->load_moments([&](std::size_t p, int which, Tensor& whole) {

@@ -34,8 +34,8 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
     refuse_split_on_device();
     rows_ = split_over(tp_, padded_vocab_size(host, args.model_config), "padded_vocab_size");
     first_row_ = tp_.rank() * rows_;
-    params_.push_back(
-        make_param("embedding.word_embeddings.weight", {rows_, hidden_}, PLX_INIT_NORMAL, std_dev, 0));
+    params_.push_back(make_param("embedding.word_embeddings.weight", {rows_, hidden_}, PLX_INIT_NORMAL,
+                                 std_dev, PLX_PARAM_VOCABULARY));
     mark_split(params_.back(), 0, {});
     if (on_cuda()) {
       EmbeddingSpec spec;

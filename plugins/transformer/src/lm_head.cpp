@@ -46,7 +46,7 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
     first_row_ = tp_.rank() * rows_;
     // Tied: the embedding's own name, which the engine recognizes as the same parameter.
     params_.push_back(make_param(untie ? "output_layer.weight" : "embedding.word_embeddings.weight",
-                                 {rows_, hidden_}, PLX_INIT_NORMAL, std_dev, 0));
+                                 {rows_, hidden_}, PLX_INIT_NORMAL, std_dev, PLX_PARAM_VOCABULARY));
     mark_split(params_.back(), 0, {});
     if (on_cuda()) {
       HeadSpec spec;

@@ -54,6 +54,10 @@ typedef struct plx_stage_info {
  * rank's tokens under sequence parallelism): the host sums it over the "tp" group, after the
  * data-parallel reduction (Megatron's `sequence_parallel` parameter attribute). */
 #define PLX_PARAM_SEQUENCE_PARALLEL (1u << 5)
+/* ABI 1.8: dimension 0 is the padded vocabulary (model_config.padded_vocab_size, which depends on
+ * tp): a checkpoint padded otherwise loads its rows up to the smaller padding and zeros beyond it,
+ * as Megatron's allow_shape_mismatch does for the embedding and output layer. */
+#define PLX_PARAM_VOCABULARY (1u << 6)
 
 /* How the host initializes a parameter, with its counter-based RNG keyed by the run's seed and
  * the parameter's full name (so initialization does not depend on device or load order). */

@@ -72,6 +72,8 @@ struct Parameter {
   // Whole on every tp rank with a gradient of this rank's tokens only (PLX_PARAM_SEQUENCE_PARALLEL):
   // summed over tp once the data-parallel reduction is done.
   bool partial_over_tp() const noexcept { return (flags & PLX_PARAM_SEQUENCE_PARALLEL) != 0; }
+  // Its rows are the padded vocabulary (PLX_PARAM_VOCABULARY): a checkpoint padded otherwise loads.
+  bool vocabulary_rows() const noexcept { return (flags & PLX_PARAM_VOCABULARY) != 0; }
 };
 
 class ParameterStore {
