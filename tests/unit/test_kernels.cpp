@@ -558,6 +558,54 @@ BOOST_AUTO_TEST_CASE(cross_entropy_loss_gradient_and_ignored_rows) {
   }
 }
 
+// The split cross-entropy over column blocks (tensor parallelism), with the ranks' reductions done
+// here by hand (max, then sum), against the whole-row kernel: the same loss and, block by block,
+// the same softmax - onehot. 61 columns in blocks of 20, 20 and 21; a target in each block, an
+// ignored row, and row 0 needing the max subtraction.
+BOOST_AUTO_TEST_CASE(split_cross_entropy_equals_the_whole_rows) {
+  std::mt19937_64 rng(10);
+  for (int64_t rows : {7, 400}) {  // 400 x 61: parallel
+    const int64_t vocab = 61;
+    const std::vector<int64_t> first = {0, 20, 40}, cols = {20, 20, 21};
+    Vec logits = random_vec(sz(rows * vocab), rng, 3.0);
+    for (int64_t v = 0; v < vocab; ++v) logits[sz(v)] += 1000.0;
+    std::vector<int32_t> t(sz(rows));
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab - 1));
+    for (int32_t& v : t) v = id(rng);
+    t[1] = -1;
+    Vec whole_grad(logits.size());
+    const auto whole =
+        k::cross_entropy_forward<double>(rows, vocab, logits.data(), t.data(), whole_grad.data());
+    // Each block's logits, contiguous as a rank holds them.
+    std::vector<Vec> blocks(3), grads(3);
+    for (std::size_t b = 0; b < 3; ++b) {
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols[b]; ++c) blocks[b].push_back(logits[sz(r * vocab + first[b] + c)]);
+      grads[b].assign(blocks[b].size(), 0.0);
+    }
+    Vec max(sz(rows), -1e300), part(sz(rows)), sums(sz(2 * rows), 0.0), part_sums(sz(2 * rows));
+    for (std::size_t b = 0; b < 3; ++b) {
+      k::split_cross_entropy_max<double>(rows, cols[b], blocks[b].data(), part.data());
+      for (std::size_t r = 0; r < part.size(); ++r) max[r] = std::max(max[r], part[r]);
+    }
+    for (std::size_t b = 0; b < 3; ++b) {
+      k::split_cross_entropy_sums<double>(rows, cols[b], first[b], blocks[b].data(), t.data(), max.data(),
+                                          grads[b].data(), part_sums.data());
+      for (std::size_t i = 0; i < sums.size(); ++i) sums[i] += part_sums[i];
+    }
+    for (std::size_t b = 0; b < 3; ++b) {
+      const auto split = k::split_cross_entropy_finish<double>(rows, cols[b], first[b], t.data(), max.data(),
+                                                               sums.data(), grads[b].data());
+      BOOST_TEST(split.count == whole.count);
+      BOOST_TEST(split.loss_sum == whole.loss_sum, boost::test_tools::tolerance(1e-12));
+      Vec expected;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols[b]; ++c) expected.push_back(whole_grad[sz(r * vocab + first[b] + c)]);
+      expect_close(grads[b], expected, 1e-12, 1e-14, "block's softmax - onehot");
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(threading_reports) {
   k::use_single_threaded_blas();
   const std::string d = k::threading_description();

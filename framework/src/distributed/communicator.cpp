@@ -82,6 +82,13 @@ void Communicator::all_reduce(const DLTensor& buffer, ReduceOp op) const {
                                          static_cast<int32_t>(op), nullptr, nullptr));
 }
 
+double Communicator::all_reduce(double value, ReduceOp op) const {
+  int64_t one = 1;
+  const DLTensor scalar{&value, DLDevice{kDLCPU, 0}, 1, DLDataType{kDLFloat, 64, 1}, &one, nullptr, 0};
+  all_reduce(scalar, op);
+  return value;
+}
+
 Request Communicator::start_all_reduce(const DLTensor& buffer, ReduceOp op, plx_stream stream) const {
   count(Collective::all_reduce, tensor_bytes(buffer));
   void* request = nullptr;

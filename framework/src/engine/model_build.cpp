@@ -27,6 +27,23 @@ struct Model::UnitSource {
   const DecoderLayerPlan* layer = nullptr;  // a decoder layer's plan
   uint32_t mtp_depth = 0;                   // the MTP depth it belongs to (0: the main model)
 
+  // The component of the model section's `name` ("embedding", "final_norm", "head", ...) in role
+  // `role`, numbered `index`, its parameters under `prefix`.
+  static UnitSource of_section(const boost::json::value& model_section, const char* name, UnitRole role,
+                               uint32_t index, std::string prefix, std::string label,
+                               uint32_t mtp_depth = 0) {
+    UnitSource source;
+    source.role = role;
+    source.component = std::string(model_section.at(name).at("component").as_string());
+    source.options = model_section.at(name).at("options");
+    source.options_path = std::string("model.") + name + ".options";
+    source.prefix = std::move(prefix);
+    source.label = std::move(label);
+    source.layer_index = index;
+    source.mtp_depth = mtp_depth;
+    return source;
+  }
+
   // A decoder layer of the plan (the main decoder's or an MTP depth's), numbered `index`.
   static UnitSource of_layer(const DecoderLayerPlan& layer, uint32_t index) {
     UnitSource source;
@@ -140,15 +157,8 @@ int64_t Model::stream_seq(int64_t seq) const noexcept {
 void Model::build_chunk(const boost::json::value& model_section, const ChunkSpec& spec) {
   const auto section = [&](const char* name, UnitRole role, uint32_t layer_index, std::string prefix,
                            std::string label) {
-    UnitSource source;
-    source.role = role;
-    source.component = std::string(model_section.at(name).at("component").as_string());
-    source.options = model_section.at(name).at("options");
-    source.options_path = std::string("model.") + name + ".options";
-    source.prefix = std::move(prefix);
-    source.label = std::move(label);
-    source.layer_index = layer_index;
-    return source;
+    return UnitSource::of_section(model_section, name, role, layer_index, std::move(prefix),
+                                  std::move(label));
   };
   Chunk chunk;
   chunk.index = spec.index;
@@ -192,16 +202,8 @@ void Model::build_mtp_depth(const boost::json::value& model_section, uint32_t de
   const uint32_t base = plan_.num_logical + 3 + (depth - 1) * 4;  // numbers after the head's
   const auto section = [&](const char* name, UnitRole role, uint32_t index, std::string unit_prefix,
                            const std::string& what) {
-    UnitSource source;
-    source.role = role;
-    source.component = std::string(model_section.at(name).at("component").as_string());
-    source.options = model_section.at(name).at("options");
-    source.options_path = std::string("model.") + name + ".options";
-    source.prefix = std::move(unit_prefix);
-    source.label = label + " " + what;
-    source.layer_index = index;
-    source.mtp_depth = depth;
-    return source;
+    return UnitSource::of_section(model_section, name, role, index, std::move(unit_prefix),
+                                  label + " " + what, depth);
   };
   Chunk::MtpDepth units;
   chunk.logical.push_back({units_.size(), 0});

@@ -22,11 +22,7 @@ Tensor part_of(const Tensor& whole, int64_t offset, const std::vector<int64_t>& 
 }
 
 double over(const distributed::Communicator* group, double value, distributed::ReduceOp op) {
-  if (group == nullptr) return value;
-  Tensor scalar({1}, plx_dtype_f64());
-  *scalar.data<double>() = value;
-  group->all_reduce(scalar.view(), op);
-  return *scalar.data<double>();
+  return group == nullptr ? value : group->all_reduce(value, op);
 }
 
 class WholeUpdate final : public ParameterUpdate {

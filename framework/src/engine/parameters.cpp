@@ -9,16 +9,36 @@
 namespace plexus {
 namespace {
 
-// The split a spec declares (ABI 1.8), checked against its shard shape and the group's size.
-TensorSplit split_of(const plx_param_spec& spec, const std::vector<int64_t>& shape, int32_t rank,
-                     int32_t size, const std::string& name, const std::string& unit) {
+// Calls run(shard_offset, whole_offset, count) for every contiguous run of rank `rank`'s shard in
+// the whole tensor (offsets and counts in elements).
+template <class Run>
+void for_each_run(const std::vector<int64_t>& shard_shape, const TensorSplit& split, int32_t rank, Run run) {
+  const auto dim = static_cast<std::size_t>(split.dim);
+  int64_t outer = 1, inner = 1;
+  for (std::size_t d = 0; d < dim; ++d) outer *= shard_shape[d];
+  for (std::size_t d = dim + 1; d < shard_shape.size(); ++d) inner *= shard_shape[d];
+  const int64_t shard_rows = shard_shape[dim], whole_rows = shard_rows * split.size;
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t shard_row = 0, part_start = 0;
+    for (const int64_t part : split.parts) {
+      const int64_t rows = part / split.size;
+      run((o * shard_rows + shard_row) * inner, (o * whole_rows + part_start + rank * rows) * inner,
+          rows * inner);
+      shard_row += rows;
+      part_start += part;
+    }
+  }
+}
+
+}  // namespace
+
+TensorSplit tensor_split_of(const plx_param_spec& spec, int32_t rank, int32_t size, const std::string& what) {
   TensorSplit split;
   split.rank = rank;
   split.size = size;
   if (!PLX_HAS_FIELD(&spec, plx_param_spec, tp_part_sizes) || (spec.flags & PLX_PARAM_TENSOR_PARALLEL) == 0)
     return split;
-  const std::string what =
-      unit + ": tensor-parallel parameter " + name + " (shard " + shape_string(shape) + ")";
+  const std::vector<int64_t> shape(spec.desc.dims, spec.desc.dims + spec.desc.ndim);
   if (spec.tp_dim < 0 || static_cast<std::size_t>(spec.tp_dim) >= shape.size())
     throw std::runtime_error(what + " is split along dimension " + std::to_string(spec.tp_dim) +
                              ", which it does not have");
@@ -44,29 +64,6 @@ TensorSplit split_of(const plx_param_spec& spec, const std::vector<int64_t>& sha
                              std::to_string(size) + " shards make " + std::to_string(whole));
   return split;
 }
-
-// Calls run(shard_offset, whole_offset, count) for every contiguous run of rank `rank`'s shard in
-// the whole tensor (offsets and counts in elements).
-template <class Run>
-void for_each_run(const std::vector<int64_t>& shard_shape, const TensorSplit& split, int32_t rank, Run run) {
-  const auto dim = static_cast<std::size_t>(split.dim);
-  int64_t outer = 1, inner = 1;
-  for (std::size_t d = 0; d < dim; ++d) outer *= shard_shape[d];
-  for (std::size_t d = dim + 1; d < shard_shape.size(); ++d) inner *= shard_shape[d];
-  const int64_t shard_rows = shard_shape[dim], whole_rows = shard_rows * split.size;
-  for (int64_t o = 0; o < outer; ++o) {
-    int64_t shard_row = 0, part_start = 0;
-    for (const int64_t part : split.parts) {
-      const int64_t rows = part / split.size;
-      run((o * shard_rows + shard_row) * inner, (o * whole_rows + part_start + rank * rows) * inner,
-          rows * inner);
-      shard_row += rows;
-      part_start += part;
-    }
-  }
-}
-
-}  // namespace
 
 std::vector<int64_t> whole_shape(const std::vector<int64_t>& shard_shape, const TensorSplit& split) {
   std::vector<int64_t> whole = shard_shape;
@@ -106,6 +103,12 @@ std::size_t ParameterStore::declare(const plx_param_spec& spec, const std::strin
                                " with shape " + shape_string(existing.shape) + " and by " + unit +
                                " with shape " + shape_string(shape) +
                                "; parameters that share a name must agree");
+    const TensorSplit split = tensor_split_of(spec, tp_rank_, tp_size_, unit + ": parameter " + name);
+    if (split.dim != existing.tp.dim || split.parts != existing.tp.parts)
+      throw std::runtime_error("parameter " + name + " is declared by " + existing.declared_by + " and by " +
+                               unit + " split over tp in different ways (dimension " +
+                               std::to_string(existing.tp.dim) + " against " + std::to_string(split.dim) +
+                               "); parameters that share a name must agree");
     return i;  // shared (tied) parameter
   }
   if (spec.desc.dtype.code != kDLFloat || spec.desc.dtype.bits != 32)
@@ -127,7 +130,9 @@ std::size_t ParameterStore::declare(const plx_param_spec& spec, const std::strin
   param->declared_by = unit;
   param->grad_group = spec.grad_group != nullptr && *spec.grad_group != '\0' ? spec.grad_group : "dp";
   param->shape = shape;
-  param->tp = split_of(spec, shape, tp_rank_, tp_size_, name, unit);
+  param->tp =
+      tensor_split_of(spec, tp_rank_, tp_size_,
+                      unit + ": tensor-parallel parameter " + name + " (shard " + shape_string(shape) + ")");
   param->whole_shape = whole_shape(shape, param->tp);
   if (!deferred_ || buffer) param->value = Tensor(shape, spec.desc.dtype, device_);
   if (!buffer && !deferred_) param->grad = Tensor(shape, spec.desc.dtype, device_);

@@ -31,24 +31,12 @@ void require_supported_parallelism(const distributed::Runtime& runtime) {
                                   "tensor, pipeline and expert parallelism (set cp to 1)");
 }
 
-double over(const distributed::Communicator* group, double local) {
-  Tensor scalar({1}, plx_dtype_f64());
-  *scalar.data<double>() = local;
-  group->all_reduce(scalar.view(), distributed::ReduceOp::sum);
-  return *scalar.data<double>();
-}
-
 // The sum of a value over the ranks of an ep group of more than one rank (the experts of a layer
 // are divided over it), or nothing when there is none.
 std::function<double(double)> sum_over_divided_experts(const distributed::Runtime* runtime) {
   const distributed::Communicator* ep = runtime != nullptr ? runtime->group("ep") : nullptr;
   if (ep == nullptr || ep->size() <= 1) return {};
-  return [ep](double local) {
-    Tensor scalar({1}, plx_dtype_f64());
-    *scalar.data<double>() = local;
-    ep->all_reduce(scalar.view(), distributed::ReduceOp::sum);
-    return *scalar.data<double>();
-  };
+  return [ep](double local) { return ep->all_reduce(local, distributed::ReduceOp::sum); };
 }
 
 // Every group of more than one rank, by kind, with what it has carried so far.
@@ -148,7 +136,7 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   ranks.dp_rank = t.dp_rank;
   ranks.sum_over_ep = sum_over_divided_experts(runtime);
   if (const distributed::Communicator* tp = options.tensor_group; tp != nullptr)
-    ranks.sum_over_tp = [tp](double local) { return over(tp, local); };
+    ranks.sum_over_tp = [tp](double local) { return tp->all_reduce(local, distributed::ReduceOp::sum); };
   if (t.pp != nullptr) {
     // Each stage holds part of the model: the norm adds them, a tied copy counts on its owner, and
     // the stages holding a tied parameter sum its gradient (the embedding group).
@@ -199,27 +187,16 @@ void Trainer::resume_from(const std::filesystem::path& checkpoint) {
 }
 
 double Trainer::Impl::over_ranks(double value, distributed::ReduceOp op) const {
-  if (dp == nullptr) return value;
-  Tensor scalar({1}, plx_dtype_f64());
-  *scalar.data<double>() = value;
-  dp->all_reduce(scalar.view(), op);
-  return *scalar.data<double>();
+  return dp == nullptr ? value : dp->all_reduce(value, op);
 }
 
 double Trainer::Impl::over_pipeline(double value) const {
-  if (pp == nullptr) return value;
-  Tensor scalar({1}, plx_dtype_f64());
-  *scalar.data<double>() = value;
-  pp->all_reduce(scalar.view(), distributed::ReduceOp::sum);
-  return *scalar.data<double>();
+  return pp == nullptr ? value : pp->all_reduce(value, distributed::ReduceOp::sum);
 }
 
 double Trainer::Impl::over_job(double value, distributed::ReduceOp op) const {
   if (runtime == nullptr || runtime->world_size() == 1) return value;
-  Tensor scalar({1}, plx_dtype_f64());
-  *scalar.data<double>() = value;
-  runtime->world().all_reduce(scalar.view(), op);
-  return *scalar.data<double>();
+  return runtime->world().all_reduce(value, op);
 }
 
 void Trainer::Impl::barrier() const {

@@ -273,26 +273,11 @@ class Mixer final : public plexus::sdk::Layer {
     plexus::kernels::Buffer x_all, out_all;
     T* x = x_all.get<T>(static_cast<std::size_t>(rows * tp_.size() * dm));
     T* out = out_all.get<T>(static_cast<std::size_t>(rows * tp_.size() * dm));
-    gather_rows(data<T>(args.inputs[0]), rows, x);
+    tp_.gather_rows(data<T>(args.inputs[0]), x, rows, dm, dtype_of(precision_v<T>), device_);
     mixer_forward<T>(config_, weights<T>(args.params), batch, seq * tp_.size(), x, out,
                      train ? &static_cast<MixerState&>(st) : nullptr);
-    tp_.finish(start_scatter_sum(out, rows, data<T>(args.outputs[0])));
-  }
-
-  // Sequence parallelism's collectives on [rows, d_model] blocks (the rows of one rank).
-  template <class T>
-  void gather_rows(const T* local, int64_t rows, T* all) const {
-    int64_t local_shape[2] = {rows, config_.d_model}, all_shape[2] = {rows * tp_.size(), config_.d_model};
-    const DLTensor send{const_cast<T*>(local), device_, 2, dtype_of(precision_v<T>), local_shape, nullptr, 0};
-    DLTensor recv{all, device_, 2, dtype_of(precision_v<T>), all_shape, nullptr, 0};
-    tp_.all_gather(send, recv);
-  }
-  template <class T>
-  plx_request start_scatter_sum(T* all, int64_t rows, T* local) const {
-    int64_t local_shape[2] = {rows, config_.d_model}, all_shape[2] = {rows * tp_.size(), config_.d_model};
-    const DLTensor send{all, device_, 2, dtype_of(precision_v<T>), all_shape, nullptr, 0};
-    DLTensor recv{local, device_, 2, dtype_of(precision_v<T>), local_shape, nullptr, 0};
-    return tp_.start_reduce_scatter(send, recv);
+    tp_.finish(tp_.start_scatter_sum_rows(out, data<T>(args.outputs[0]), rows, dm, dtype_of(precision_v<T>),
+                                          device_));
   }
 
   template <class T>
@@ -337,7 +322,7 @@ class Mixer final : public plexus::sdk::Layer {
     const int64_t rows = batch * seq, dm = config_.d_model;
     plexus::kernels::Buffer dy_all, dh_all;
     T* dy = dy_all.get<T>(static_cast<std::size_t>(rows * tp_.size() * dm));
-    gather_rows(data<T>(args.grad_outputs[0]), rows, dy);
+    tp_.gather_rows(data<T>(args.grad_outputs[0]), dy, rows, dm, dtype_of(precision_v<T>), device_);
     T* dx = dh != nullptr ? dh_all.get<T>(static_cast<std::size_t>(rows * tp_.size() * dm)) : nullptr;
     mixer_backward<T>(config_, weights<T>(args.params), gradients<T>(args.param_grads),
                       static_cast<const MixerState&>(st), dy, dx, tp_);

@@ -221,22 +221,6 @@ void TransformerLayer::expect_params(const DLTensor* params, const DLTensor* gra
   transformer::expect_params(params_, params, grads, dtype, device_);
 }
 
-void TransformerLayer::gather_rows(const void* local, int64_t rows, int64_t cols, DLDataType dtype,
-                                   void* full) const {
-  int64_t local_shape[2] = {rows, cols}, full_shape[2] = {rows * tp_.size(), cols};
-  const DLTensor send{const_cast<void*>(local), device_, 2, dtype, local_shape, nullptr, 0};
-  DLTensor recv{full, device_, 2, dtype, full_shape, nullptr, 0};
-  tp_.all_gather(send, recv);
-}
-
-plx_request TransformerLayer::start_scatter_sum(void* full, int64_t rows, int64_t cols, DLDataType dtype,
-                                                void* local) const {
-  int64_t local_shape[2] = {rows, cols}, full_shape[2] = {rows * tp_.size(), cols};
-  const DLTensor send{full, device_, 2, dtype, full_shape, nullptr, 0};
-  DLTensor recv{local, device_, 2, dtype, local_shape, nullptr, 0};
-  return tp_.start_reduce_scatter(send, recv);
-}
-
 void TransformerLayer::refuse_split_on_device() const {
   if (on_cuda() && tp_.size() > 1)
     throw Error(PLX_ERR_UNSUPPORTED, std::string(component_) + " on " + device_text(device_) +

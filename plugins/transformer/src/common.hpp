@@ -139,11 +139,6 @@ class TransformerLayer : public plexus::sdk::Layer {
   // Sequence parallelism (model_config.sequence_parallel, which the host sets only with a tp group
   // of 2 or more): the hidden states in and out are this rank's block of the microbatch's tokens.
   bool sp_ = false;
-  // Sequence parallelism's collectives on [rows, hidden_size]-shaped blocks of dtype `dtype`:
-  // every rank's `local` rows gathered into `full` (tp x rows, rank order), and the ranks' `full`
-  // summed with rank r keeping block r in `local` (started; finish with tp_.finish).
-  void gather_rows(const void* local, int64_t rows, int64_t cols, DLDataType dtype, void* full) const;
-  plx_request start_scatter_sum(void* full, int64_t rows, int64_t cols, DLDataType dtype, void* local) const;
   // The flags of a whole parameter that runs on this rank's tokens: its gradient is a part.
   uint32_t token_partial() const { return sp_ ? uint32_t{PLX_PARAM_SEQUENCE_PARALLEL} : 0u; }
   std::vector<plx_param_spec> params_;

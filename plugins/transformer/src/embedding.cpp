@@ -124,7 +124,7 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
           std::fill(o, o + hidden_, T(0));
       }
       if (sp_)
-        tp_.finish(start_scatter_sum(looked_up, n / tp_.size(), hidden_, dt, out));
+        tp_.finish(tp_.start_scatter_sum_rows(looked_up, out, n / tp_.size(), hidden_, dt, device_));
       else
         tp_.all_reduce(args.outputs[0]);
     }
@@ -152,7 +152,7 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
     const T* dy = data<T>(args.grad_outputs[0]);
     if (sp_) {
       T* all = gathered.get<T>(static_cast<std::size_t>(n * hidden_));
-      gather_rows(dy, n / tp_.size(), hidden_, dt, all);
+      tp_.gather_rows(dy, all, n / tp_.size(), hidden_, dt, device_);
       dy = all;
     }
     if (tp_.size() == 1) {

@@ -140,7 +140,7 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
     k::Buffer gathered;
     if (sp_) {
       T* all = gathered.get<T>(static_cast<std::size_t>(n * hidden_));
-      gather_rows(h, n / tp_.size(), hidden_, dt, all);
+      tp_.gather_rows(h, all, n / tp_.size(), hidden_, dt, device_);
       h = all;
     }
     T* logits = data<T>(args.outputs[1]);
@@ -194,7 +194,7 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
       T* dh_all = sp_ ? full.get<T>(static_cast<std::size_t>(n * hidden_)) : dh;
       k::gemm_parallel<T>(Trans::N, Trans::N, n, hidden_, rows_, scale, g, rows_, data<T>(args.params[0]),
                           hidden_, T(0), dh_all, hidden_);
-      dh_summed = sp_ ? start_scatter_sum(dh_all, n / tp_.size(), hidden_, dt, dh)
+      dh_summed = sp_ ? tp_.start_scatter_sum_rows(dh_all, dh, n / tp_.size(), hidden_, dt, device_)
                       : tp_.start_all_reduce(args.grad_inputs[0]);
     }
     if (dw != nullptr)

@@ -161,7 +161,7 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
     T* xhat = train ? st.xhat.template get<T>(sz(n_local * c)) : nullptr;
     T* rstd = train ? st.rstd.template get<T>(sz(n_local)) : nullptr;
     norm_.template forward<T>(n_local, data<T>(args.inputs[0]), w_norm, b_norm, u_local, xhat, rstd);
-    if (this->sp_) this->gather_rows(u_local, n_local, c, dt, u);
+    if (this->sp_) this->tp_.gather_rows(u_local, u, n_local, c, dt, this->device_);
 
     T* in = (train ? st.in : call_in).template get<T>(sz(t.n * pr.in_rows));
     kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::T, t.n, pr.in_rows, c, T(1), u, c, w_in, c,
@@ -173,7 +173,8 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
     kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::T, t.n, c, pr.mid_cols, T(1), mid,
                               pr.mid_cols, w_out, pr.mid_cols, T(0), out, c);
     if (this->sp_)
-      this->tp_.finish(this->start_scatter_sum(out, n_local, c, dt, data<T>(args.outputs[0])));
+      this->tp_.finish(
+          this->tp_.start_scatter_sum_rows(out, data<T>(args.outputs[0]), n_local, c, dt, this->device_));
     else
       this->tp_.all_reduce(args.outputs[0]);
   }
@@ -190,7 +191,7 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
     kernels::gemm_parallel<T>(kernels::Trans::N, kernels::Trans::N, n, c, projections_.in_rows, T(1), d_in,
                               projections_.in_rows, w_in, c, T(0), du_full, c);
     const DLDataType dt = dtype_of(precision_v<T>);
-    if (this->sp_) return this->start_scatter_sum(du_full, tokens.local.n, c, dt, du);
+    if (this->sp_) return this->tp_.start_scatter_sum_rows(du_full, du, tokens.local.n, c, dt, this->device_);
     int64_t shape[2] = {n, c};
     DLTensor view{du_full, this->device_, 2, dt, shape, nullptr, 0};
     return this->tp_.start_all_reduce(view);
@@ -208,7 +209,7 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
     kernels::Buffer local;
     T* u_local = local.get<T>(sz(tokens.local.n * norm_.cols));
     norm_.template apply<T>(tokens.local.n, xhat, w_norm, b_norm, u_local);
-    this->gather_rows(u_local, tokens.local.n, norm_.cols, dtype_of(precision_v<T>), u);
+    this->tp_.gather_rows(u_local, u, tokens.local.n, norm_.cols, dtype_of(precision_v<T>), this->device_);
   }
 
   // With PLX_BACKWARD_SKIP_WEIGHT_GRADS: the input gradient only, and the weight gradients'
@@ -232,7 +233,7 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
     const T* dy = io.dy;
     if (this->sp_) {
       T* gathered = dy_buf.get<T>(sz(t.n * c));
-      this->gather_rows(io.dy, tokens.local.n, c, dtype_of(precision_v<T>), gathered);
+      this->tp_.gather_rows(io.dy, gathered, tokens.local.n, c, dtype_of(precision_v<T>), this->device_);
       dy = gathered;
     }
     // f = mid W_out^T:  d_mid = df W_out,  dW_out += df^T mid.

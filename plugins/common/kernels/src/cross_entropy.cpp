@@ -73,6 +73,72 @@ CrossEntropyResult cross_entropy_forward(int64_t rows, int64_t vocab, const T* l
   return CrossEntropyResult{loss_sum, count};
 }
 
+template <class T>
+void split_cross_entropy_max(int64_t rows, int64_t cols, const T* logits, T* max) {
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * cols))
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = logits + r * cols;
+    T mx = row[0];
+    for (int64_t v = 1; v < cols; ++v) mx = row[v] > mx ? row[v] : mx;
+    max[r] = mx;
+  }
+}
+
+template <class T>
+void split_cross_entropy_sums(int64_t rows, int64_t cols, int64_t first_col, const T* logits,
+                              const int32_t* targets, const T* max, T* grad, T* sums, int32_t ignore) {
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * cols))
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = logits + r * cols;
+    T* grow = grad != nullptr ? grad + r * cols : nullptr;
+    T sum = 0;
+    for (int64_t v = 0; v < cols; ++v) {
+      const T e = detail::exp_fast<T>(row[v] - max[r]);
+      if (grow != nullptr) grow[v] = e;
+      sum += e;
+    }
+    sums[r] = sum;
+    const int64_t col = static_cast<int64_t>(targets[r]) - first_col;
+    sums[rows + r] = targets[r] != ignore && col >= 0 && col < cols ? row[col] : T(0);
+  }
+}
+
+template <class T>
+CrossEntropyResult split_cross_entropy_finish(int64_t rows, int64_t cols, int64_t first_col,
+                                              const int32_t* targets, const T* max, const T* sums, T* grad,
+                                              int32_t ignore) {
+  CrossEntropyResult result;  // summed in row order: the same on every rank
+  for (int64_t r = 0; r < rows; ++r) {
+    if (targets[r] == ignore) continue;
+    result.loss_sum += static_cast<double>(max[r] + std::log(sums[r]) - sums[rows + r]);
+    ++result.count;
+  }
+  if (grad == nullptr) return result;
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * cols))
+  for (int64_t r = 0; r < rows; ++r) {
+    T* g = grad + r * cols;
+    if (targets[r] == ignore) {
+      for (int64_t v = 0; v < cols; ++v) g[v] = T(0);
+      continue;
+    }
+    const T inv = T(1) / sums[r];
+    for (int64_t v = 0; v < cols; ++v) g[v] *= inv;
+    const int64_t col = static_cast<int64_t>(targets[r]) - first_col;
+    if (col >= 0 && col < cols) g[col] -= T(1);
+  }
+  return result;
+}
+
+#define PLEXUS_KERNELS_SPLIT_CROSS_ENTROPY(T)                                                              \
+  template void split_cross_entropy_max<T>(int64_t, int64_t, const T*, T*);                                \
+  template void split_cross_entropy_sums<T>(int64_t, int64_t, int64_t, const T*, const int32_t*, const T*, \
+                                            T*, T*, int32_t);                                              \
+  template CrossEntropyResult split_cross_entropy_finish<T>(int64_t, int64_t, int64_t, const int32_t*,     \
+                                                            const T*, const T*, T*, int32_t);
+PLEXUS_KERNELS_SPLIT_CROSS_ENTROPY(float)
+PLEXUS_KERNELS_SPLIT_CROSS_ENTROPY(double)
+#undef PLEXUS_KERNELS_SPLIT_CROSS_ENTROPY
+
 template CrossEntropyResult cross_entropy_forward<float>(int64_t, int64_t, const float*, const int32_t*,
                                                          float*, int32_t);
 template CrossEntropyResult cross_entropy_forward<double>(int64_t, int64_t, const double*, const int32_t*,

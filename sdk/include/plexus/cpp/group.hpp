@@ -65,6 +65,25 @@ class Group {
     check_host(api_->reduce_scatter(api_->ctx, group_, &send, &recv, op, nullptr, nullptr));
   }
 
+  // Blocks of rows, one per rank in rank order (a sequence-parallel layer's tokens): every rank's
+  // `local` [rows, cols] gathered into `all` [size() x rows, cols], and the ranks' `all` summed
+  // with rank r keeping block r in `local` (started; finish() it). Contiguous, of `dtype`, on
+  // `device`.
+  void gather_rows(const void* local, void* all, int64_t rows, int64_t cols, DLDataType dtype,
+                   DLDevice device) const {
+    int64_t local_shape[2] = {rows, cols}, all_shape[2] = {rows * size_, cols};
+    const DLTensor send{const_cast<void*>(local), device, 2, dtype, local_shape, nullptr, 0};
+    DLTensor recv{all, device, 2, dtype, all_shape, nullptr, 0};
+    all_gather(send, recv);
+  }
+  plx_request start_scatter_sum_rows(void* all, void* local, int64_t rows, int64_t cols, DLDataType dtype,
+                                     DLDevice device) const {
+    int64_t local_shape[2] = {rows, cols}, all_shape[2] = {rows * size_, cols};
+    const DLTensor send{all, device, 2, dtype, all_shape, nullptr, 0};
+    DLTensor recv{local, device, 2, dtype, local_shape, nullptr, 0};
+    return start_reduce_scatter(send, recv);
+  }
+
  private:
   const plx_host_api* api_ = nullptr;
   plx_group group_ = nullptr;

@@ -76,6 +76,8 @@ class Communicator {
   void* handle() const noexcept { return handle_; }
 
   void all_reduce(const DLTensor& buffer, ReduceOp op) const;  // in place
+  // One host value reduced over the group (a loss, a norm's squares, a count).
+  double all_reduce(double value, ReduceOp op) const;
   Request start_all_reduce(const DLTensor& buffer, ReduceOp op, plx_stream stream = nullptr) const;
   void all_gather(const DLTensor& send, const DLTensor& recv) const;
   void broadcast(const DLTensor& buffer, int32_t root) const;

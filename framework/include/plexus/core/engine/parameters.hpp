@@ -26,6 +26,10 @@ struct TensorSplit {
   bool tensor_parallel() const noexcept { return dim >= 0; }
 };
 
+// How a layer's spec says its parameter is cut (ABI 1.8), on rank `rank` of a tp group of `size`;
+// whole (dim -1) without PLX_PARAM_TENSOR_PARALLEL. Throws naming `what` for a split the shard's
+// shape and the group's size cannot make.
+TensorSplit tensor_split_of(const plx_param_spec& spec, int32_t rank, int32_t size, const std::string& what);
 // The whole tensor's shape from a shard's.
 std::vector<int64_t> whole_shape(const std::vector<int64_t>& shard_shape, const TensorSplit& split);
 // Rank `rank`'s shard of `whole` into `shard` (host float32 tensors of the whole and shard shapes).
