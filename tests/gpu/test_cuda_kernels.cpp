@@ -57,6 +57,7 @@ BOOST_AUTO_TEST_CASE(cuda_kernels_not_built) {}
 #include "plexus_cuda_kernels/elementwise.hpp"
 #include "plexus_cuda_kernels/embedding.hpp"
 #include "plexus_cuda_kernels/error.hpp"
+#include "plexus_cuda_kernels/flash_attention.hpp"
 #include "plexus_cuda_kernels/gemm.hpp"
 #include "plexus_cuda_kernels/handle.hpp"
 #include "plexus_cuda_kernels/norm.hpp"
@@ -688,6 +689,122 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(attention_matches_cpu, T, Precisions) {
   check_attention<T>(2, 45, 6, 2, 22, 9);   // grouped query heads
   check_attention<T>(1, 70, 4, 4, 16, 10);  // one head per group (multi-head)
   check_attention<T>(3, 33, 4, 1, 24, 11);  // one group (multi-query)
+}
+
+// ---- fused (flash) attention -------------------------------------------------------------------
+
+namespace {
+
+// Base-2 log-sum-exp of a query row's scaled scores, in double: what the flash forward keeps.
+Floats reference_lse2(const k::AttentionLayout& l, const Floats& qkv) {
+  Floats lse(sz(l.batch * l.heads * l.seq));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(l.head_dim));
+  for (int64_t b = 0; b < l.batch; ++b)
+    for (int64_t h = 0; h < l.heads; ++h)
+      for (int64_t s = 0; s < l.seq; ++s) {
+        std::vector<double> scores;
+        const int64_t g = h / (l.heads / l.groups);
+        for (int64_t t = 0; t <= s; ++t) {
+          double dot = 0;
+          for (int64_t d = 0; d < l.head_dim; ++d)
+            dot += static_cast<double>(qkv[sz((b * l.seq + s) * l.ld + l.q_column(h) + d)]) *
+                   qkv[sz((b * l.seq + t) * l.ld + l.k_column(g) + d)];
+          scores.push_back(dot * scale);
+        }
+        const double mx = *std::max_element(scores.begin(), scores.end());
+        double sum = 0;
+        for (double v : scores) sum += std::exp(v - mx);
+        lse[sz((b * l.heads + h) * l.seq + s)] = static_cast<float>((mx + std::log(sum)) / std::log(2.0));
+      }
+  return lse;
+}
+
+// The flash kernels against the CPU in float32 on the same bf16 inputs, and against the unfused
+// bf16 kernels: the same tolerances as the unfused bf16 path (check_attention).
+void check_flash_attention(int64_t batch, int64_t seq, int64_t heads, int64_t groups, int64_t hd,
+                           uint32_t seed) {
+  ck::Handle handle;
+  std::mt19937 rng(seed);
+  const std::string name = "flash attention B" + std::to_string(batch) + " S" + std::to_string(seq) + " H" +
+                           std::to_string(heads) + " G" + std::to_string(groups) + " hd" + std::to_string(hd);
+  const auto cl = k::AttentionLayout::megatron(batch, seq, heads, groups, hd);
+  const auto gl = ck::AttentionLayout::megatron(batch, seq, heads, groups, hd);
+  BOOST_TEST_REQUIRE(ck::flash_attention_supported(handle, gl), name << " is served");
+  const int64_t tokens = batch * seq, out_cols = heads * hd;
+  // Scores q.k / sqrt(hd) of std 1.5 (inputs of std 1.5^0.5): a spread where softmax is neither
+  // flat nor one-hot.
+  const Floats qkv = quantize<ck::bfloat16>(random_floats(sz(tokens * cl.ld), rng, 1.2247f));
+  const Floats dout = quantize<ck::bfloat16>(random_floats(sz(tokens * out_cols), rng));
+
+  Floats out(sz(tokens * out_cols)), probs(sz(batch * heads * seq * seq)), dqkv(qkv.size());
+  k::attention_forward<float>(cl, qkv.data(), out.data(), probs.data());
+  k::attention_backward<float>(cl, qkv.data(), probs.data(), out.data(), dout.data(), dqkv.data());
+
+  auto dqkv_in = to_device<ck::bfloat16>(qkv);
+  ck::DeviceArray<ck::bfloat16> dout_gpu(out.size());
+  ck::DeviceArray<float> dlse(sz(batch * heads * seq));
+  fill_nan(dout_gpu);
+  fill_nan(dlse);
+  ck::flash_attention_forward(handle, gl, dqkv_in.data(), dout_gpu.data(), dlse.data());
+  const Floats got_out = fetch(dout_gpu);
+  expect_close_scaled(got_out, out, 2e-2, 1e-2, name + " out");
+  // fp32 sums of exact bf16 products: the log-sum to ~1e-6 relative of the largest score.
+  expect_close(fetch(dlse), reference_lse2(cl, qkv), 1e-5, 1e-4, name + " lse2");
+
+  // The unfused bf16 kernels on the same inputs: the two bf16 paths agree as each agrees with the
+  // CPU (both bounds add).
+  ck::DeviceArray<ck::bfloat16> unfused_out(out.size()), unfused_probs(probs.size()),
+      unfused_dqkv(qkv.size());
+  ck::attention_forward(handle, gl, dqkv_in.data(), unfused_out.data(), unfused_probs.data());
+  expect_close_scaled(got_out, fetch(unfused_out), 4e-2, 2e-2, name + " out against the unfused kernels");
+
+  // Without lse2 (inference): the same output.
+  ck::DeviceArray<ck::bfloat16> dout_nolse(out.size());
+  ck::flash_attention_forward(handle, gl, dqkv_in.data(), dout_nolse.data(), nullptr);
+  expect_close(fetch(dout_nolse), got_out, 0.0, 0.0, name + " out without lse2");
+
+  // Backward from the flash forward; dqkv starts as NaN: every q, k and v column must be written.
+  auto ddout = to_device<ck::bfloat16>(dout);
+  ck::DeviceArray<ck::bfloat16> ddqkv(qkv.size());
+  fill_nan(ddqkv);
+  ck::flash_attention_backward(handle, gl, dqkv_in.data(), dout_gpu.data(), ddout.data(), dlse.data(),
+                               ddqkv.data());
+  const Floats got_dqkv = fetch(ddqkv);
+  expect_close_scaled(got_dqkv, dqkv, 3e-2, 3e-2, name + " dqkv");
+  ck::attention_backward(handle, gl, dqkv_in.data(), unfused_probs.data(), unfused_out.data(), ddout.data(),
+                         unfused_dqkv.data());
+  expect_close_scaled(got_dqkv, fetch(unfused_dqkv), 6e-2, 6e-2, name + " dqkv against the unfused kernels");
+
+  // Run twice, the same bits but for the order of the query gradients' atomic additions.
+  ck::DeviceArray<ck::bfloat16> again(qkv.size());
+  ck::flash_attention_backward(handle, gl, dqkv_in.data(), dout_gpu.data(), ddout.data(), dlse.data(),
+                               again.data());
+  expect_close_scaled(fetch(again), got_dqkv, 1e-2, 1e-3, name + " dqkv run twice");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(flash_attention_matches_cpu) {
+  check_flash_attention(2, 100, 4, 2, 64, 21);   // grouped query heads, partial tiles
+  check_flash_attention(1, 130, 2, 2, 128, 22);  // multi-head, 3 tiles of 64 (the last of 2 rows)
+  check_flash_attention(2, 64, 4, 1, 128, 23);   // multi-query, whole tiles
+  check_flash_attention(1, 7, 2, 1, 64, 24);     // shorter than one tile
+}
+
+BOOST_AUTO_TEST_CASE(flash_attention_refuses_what_it_does_not_serve) {
+  ck::Handle handle;
+  const auto odd = ck::AttentionLayout::megatron(1, 8, 2, 1, 48);
+  BOOST_TEST(!ck::flash_attention_supported(handle, odd));
+  ck::DeviceArray<ck::bfloat16> qkv(sz(8 * odd.ld)), out(sz(8 * 2 * 48));
+  ck::DeviceArray<float> lse(16);
+  BOOST_CHECK_THROW(ck::flash_attention_forward(handle, odd, qkv.data(), out.data(), lse.data()),
+                    std::invalid_argument);
+  const auto served = ck::AttentionLayout::megatron(1, 8, 2, 1, 64);
+  BOOST_TEST(ck::flash_attention_supported(handle, served));
+  ck::DeviceArray<ck::bfloat16> dqkv(sz(8 * served.ld)), out64(sz(8 * 2 * 64)), sqkv(sz(8 * served.ld));
+  BOOST_CHECK_THROW(ck::flash_attention_backward(handle, served, sqkv.data(), out64.data(), out64.data(),
+                                                 nullptr, dqkv.data()),
+                    std::invalid_argument);
 }
 
 // ---- activations -------------------------------------------------------------------------------

@@ -95,7 +95,9 @@ void compare_layer(const std::string& name, const tt::Model& model, const std::v
   BOOST_TEST_CONTEXT(name << " (" << model.normalization << ", " << model.activation << ", heads "
                           << model.num_attention_heads << ", groups " << model.num_query_groups << ")") {
     std::mt19937_64 rng(seed);
-    tt::Layer cpu_layer(name, model);
+    tt::Model cpu_model = model;  // the CPU refuses the GPU-only attention_backend "flash"
+    cpu_model.attention_backend = "auto";
+    tt::Layer cpu_layer(name, cpu_model);
     tt::Layer gpu_layer(name, model, kDLCUDA);
     const std::vector<Tensor> params = tt::random_params(*cpu_layer, kF32, rng);
     const std::vector<Tensor> grads_before = tt::random_params(*cpu_layer, kF32, rng);
@@ -198,9 +200,12 @@ void compare_layer_bf16(const std::string& name, const tt::Model& model, const s
                         const std::vector<Tensor>& grad_outputs, Bf16Tolerance tol, uint64_t seed,
                         double param_scale = 0.5) {
   BOOST_TEST_CONTEXT(name << " in bfloat16 (" << model.normalization << ", " << model.activation << ", heads "
-                          << model.num_attention_heads << ", groups " << model.num_query_groups << ")") {
+                          << model.num_attention_heads << ", groups " << model.num_query_groups
+                          << ", attention " << model.attention_backend << ")") {
     std::mt19937_64 rng(seed);
-    tt::Layer cpu_layer(name, model);
+    tt::Model cpu_model = model;  // the CPU refuses the GPU-only attention_backend "flash"
+    cpu_model.attention_backend = "auto";
+    tt::Layer cpu_layer(name, cpu_model);
     tt::Layer gpu_layer(name, model, kDLCUDA);
     const std::vector<Tensor> params = tt::random_params(*cpu_layer, kF32, rng, param_scale);
     const std::vector<Tensor> grads_before = tt::random_params(*cpu_layer, kF32, rng);
@@ -387,6 +392,32 @@ BOOST_AUTO_TEST_CASE(attention_mha_and_gqa) {
                      {}, 623, kAttentionParamScale);
   compare_layer_bf16("transformer.attention", model("LayerNorm", "gelu", 6, 1), {hidden(rng)}, {hidden(rng)},
                      {}, 624, kAttentionParamScale);
+}
+
+// The fused (flash) kernel at the head dimensions it serves, 64 and 128, with grouped query heads,
+// against the CPU in float32, and the unfused kernels on the same layers: the same tolerances (the
+// flash kernel rounds P once before its normalization instead of after it, the same size of
+// error). S = 37 and 100 leave partial tiles of 64 keys and 32 queries. Parameters drawn with
+// std 0.2: logits spread C s^4 = 0.2 (C = 128) and 0.4 (C = 256), a trained model's regime (see
+// above).
+BOOST_AUTO_TEST_CASE(attention_flash_and_unfused_at_head_dims_64_and_128) {
+  std::mt19937_64 rng(64);
+  constexpr double kParamScale = 0.2;
+  struct Case {
+    int64_t hidden, heads, groups, seq;
+  };
+  for (const Case c : {Case{128, 2, 1, 37}, Case{256, 2, 2, 100}, Case{256, 4, 2, 37}}) {
+    for (const char* backend : {"flash", "unfused"}) {
+      tt::Model m = model("RMSNorm", "gelu", c.heads, c.groups);
+      m.hidden_size = c.hidden;
+      m.ffn_hidden_size = 2 * c.hidden;
+      m.seq_length = 128;
+      m.attention_backend = backend;
+      const Tensor x = tt::random_tensor({kBatch, c.seq, c.hidden}, kF32, rng);
+      const Tensor dy = tt::random_tensor({kBatch, c.seq, c.hidden}, kF32, rng);
+      compare_layer_bf16("transformer.attention", m, {x}, {dy}, {}, 641, kParamScale);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(mlp_gelu_and_swiglu) {
@@ -653,6 +684,25 @@ BOOST_AUTO_TEST_CASE(mixed_dtypes_are_refused) {
     cpu_run.forward();
   });
   BOOST_TEST((tt::mentions(e, "input 0 (hidden states)") && tt::mentions(e, "bfloat16")), e);
+}
+
+// Flash asked for where the kernel does not serve the run (float32 activations, head dimension 16)
+// is refused with the key's name; the CPU refuses it when the layer is created.
+BOOST_AUTO_TEST_CASE(attention_flash_refused_where_not_served) {
+  std::mt19937_64 rng(65);
+  tt::Model m = model();
+  m.attention_backend = "flash";
+  tt::Layer gpu_layer("transformer.attention", m, kDLCUDA);
+  const std::vector<Tensor> params = tt::random_params(*gpu_layer, kF32, rng, 0.5);
+  std::vector<plexus::Tensor> inputs;
+  inputs.push_back(upload(hidden(rng)));
+  DeviceRun gpu(*gpu_layer, std::move(inputs), upload_all(params));
+  BOOST_CHECK_EXCEPTION(gpu.forward(), std::exception, [](const std::exception& e) {
+    return std::string(e.what()).find("attention_backend") != std::string::npos;
+  });
+  BOOST_CHECK_EXCEPTION(tt::Layer("transformer.attention", m), std::exception, [](const std::exception& e) {
+    return std::string(e.what()).find("attention_backend") != std::string::npos;
+  });
 }
 
 BOOST_AUTO_TEST_CASE(a_device_this_process_lacks_is_refused_at_create) {

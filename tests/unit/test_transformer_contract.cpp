@@ -670,6 +670,17 @@ BOOST_AUTO_TEST_CASE(bad_model_settings_are_refused_at_create) {
   e = tt::error_of([&] { tt::Layer("transformer.mlp", m); });
   BOOST_TEST(tt::mentions(e, "relu"), e);
 
+  // model.attention_backend: flash is a GPU kernel, refused on the CPU; an unknown name is named.
+  m = small();
+  m.attention_backend = "flash";
+  e = tt::error_of([&] { tt::Layer("transformer.attention", m); });
+  BOOST_TEST((tt::mentions(e, "model.attention_backend") && tt::mentions(e, "GPU")), e);
+  m.attention_backend = "cudnn";
+  e = tt::error_of([&] { tt::Layer("transformer.attention", m); });
+  BOOST_TEST((tt::mentions(e, "model.attention_backend") && tt::mentions(e, "\"cudnn\"")), e);
+  m.attention_backend = "unfused";
+  BOOST_CHECK_NO_THROW(tt::Layer("transformer.attention", m));
+
   // A device kind the plugin has no code for (CUDA is built in where the toolkit was found).
   e = tt::error_of([&] { tt::Layer("transformer.mlp", small(), kDLROCM); });
   BOOST_TEST(tt::mentions(e, "CPU"), e);

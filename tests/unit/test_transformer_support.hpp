@@ -68,6 +68,7 @@ struct Model {
   std::string activation = "gelu";
   double init_method_std = 0.02;
   bool untie_embeddings_and_output_weights = false;
+  std::string attention_backend = "auto";
 
   boost::json::object json() const {
     boost::json::object o;
@@ -84,6 +85,7 @@ struct Model {
     o["activation"] = activation;
     o["init_method_std"] = init_method_std;
     o["untie_embeddings_and_output_weights"] = untie_embeddings_and_output_weights;
+    o["attention_backend"] = attention_backend;
     return o;
   }
 };
@@ -96,8 +98,9 @@ struct ComponentLayer {
   std::unique_ptr<plexus::LayerInstance> instance;
 
   // residual_layers: the create args' (ABI 1.6); 0 as from a host before it.
-  ComponentLayer(const plexus::Component& component, boost::json::value options, const std::string& options_path,
-                 boost::json::value model_section, uint32_t num_layers, DLDevice device, uint32_t residual_layers = 0)
+  ComponentLayer(const plexus::Component& component, boost::json::value options,
+                 const std::string& options_path, boost::json::value model_section, uint32_t num_layers,
+                 DLDevice device, uint32_t residual_layers = 0)
       : config(std::move(options), options_path), model(std::move(model_section), "model") {
     plx_layer_create_args args{};
     args.struct_size = sizeof(args);

@@ -53,6 +53,14 @@ int64_t first_non_finite(const Tensor& t) {
   return checked ? cuda::first_non_finite(t) : -1;
 }
 
+std::vector<int64_t> first_non_finite_each(const std::vector<const Tensor*>& tensors) {
+  if (!tensors.empty() && !on_cpu(*tensors.front())) return cuda::first_non_finite_each(tensors);
+  std::vector<int64_t> first;
+  first.reserve(tensors.size());
+  for (const Tensor* t : tensors) first.push_back(first_non_finite(*t));
+  return first;
+}
+
 double sum_of_squares(const std::vector<const Tensor*>& tensors) {
   if (tensors.empty()) return 0;
   if (!on_cpu(*tensors.front())) return cuda::sum_of_squares(tensors);

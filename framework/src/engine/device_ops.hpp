@@ -19,6 +19,9 @@ void add_into(Tensor& into, const Tensor& from);
 // The index of the first NaN or infinity, or -1 (float32, and bfloat16 on a GPU; -1 for any other
 // dtype, which has no non-finite values to find or is not an activation).
 int64_t first_non_finite(const Tensor& t);
+// first_non_finite of each tensor (all on one device). On a GPU the searches are queued together
+// and read back once: one synchronization for a model's gradients instead of one per tensor.
+std::vector<int64_t> first_non_finite_each(const std::vector<const Tensor*>& tensors);
 // The sum of the squares of every element of every tensor (all on one device), in tensor order:
 // the squared gradient norm. On a GPU one result is accumulated there and read back once.
 double sum_of_squares(const std::vector<const Tensor*>& tensors);

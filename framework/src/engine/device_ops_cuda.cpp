@@ -90,6 +90,25 @@ int64_t first_non_finite(const Tensor& t) {
   return index;
 }
 
+std::vector<int64_t> first_non_finite_each(const std::vector<const Tensor*>& tensors) {
+  std::vector<int64_t> first(tensors.size(), -1);
+  if (tensors.empty()) return first;
+  const Tensor found({static_cast<int64_t>(tensors.size())}, plx_dtype_i64(), tensors.front()->device());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = *tensors[i];
+    int64_t* slot = found.data<int64_t>() + i;
+    if (is_bf16(t))
+      ck::first_non_finite<ck::bfloat16>(t.numel(), t.data<ck::bfloat16>(), slot, nullptr);
+    else if (plx_dtype_equal(t.dtype(), plx_dtype_f32()))
+      ck::first_non_finite<float>(t.numel(), t.data<float>(), slot, nullptr);
+    else
+      ck::first_non_finite<float>(0, nullptr, slot, nullptr);  // no values to check: -1
+  }
+  device::copy(first.data(), DLDevice{kDLCPU, 0}, found.raw(), found.device(),
+               first.size() * sizeof(int64_t));
+  return first;
+}
+
 double sum_of_squares(const std::vector<const Tensor*>& tensors) {
   const Tensor& like = *tensors.front();
   const Tensor result({1}, plx_dtype_f64(), like.device());

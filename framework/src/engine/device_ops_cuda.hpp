@@ -12,6 +12,7 @@ namespace plexus::device_ops::cuda {
 
 void add_into(Tensor& into, const Tensor& from);
 int64_t first_non_finite(const Tensor& t);
+std::vector<int64_t> first_non_finite_each(const std::vector<const Tensor*>& tensors);
 double sum_of_squares(const std::vector<const Tensor*>& tensors);
 void add_element(Tensor& dst, int64_t i, const Tensor& src, int64_t j);
 void adamw_update(const vector_ops::AdamWStep& step, Tensor& weight, const Tensor& grad, Tensor& exp_avg,

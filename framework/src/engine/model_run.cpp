@@ -494,15 +494,21 @@ const Model::Chunk& Model::whole_model_chunk(const char* what) const {
 }
 
 void Model::check_gradients_finite() const {
-  for (const auto& unit : units_) {
+  // Every gradient searched at once (one read-back on a GPU), then the first, in forward order.
+  std::vector<const Tensor*> grads;
+  std::vector<std::pair<const Unit*, std::size_t>> owners;
+  for (const auto& unit : units_)
     for (std::size_t i : unit->params) {
       if (params_[i].is_buffer()) continue;  // no gradient
-      if (const int64_t bad = device_ops::first_non_finite(params_[i].grad); bad >= 0)
-        throw NonFiniteError("non-finite gradient of " + params_[i].name + " (element " +
-                             std::to_string(bad) + ") in " + unit->label +
-                             ": the first layer with one, in forward order");
+      grads.push_back(&params_[i].grad);
+      owners.emplace_back(unit.get(), i);
     }
-  }
+  const std::vector<int64_t> first = device_ops::first_non_finite_each(grads);
+  for (std::size_t k = 0; k < first.size(); ++k)
+    if (first[k] >= 0)
+      throw NonFiniteError("non-finite gradient of " + params_[owners[k].second].name + " (element " +
+                           std::to_string(first[k]) + ") in " + owners[k].first->label +
+                           ": the first layer with one, in forward order");
 }
 
 bool Model::has_after_step() const {

@@ -448,10 +448,10 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
     for (const auto& [key, value] : run_config.at(section).as_object()) {
       if (std::string_view(section) == "mhc" && (key == "backend" || key == "options")) continue;
       if (std::string_view(section) == "model" && is_layout_key(key)) continue;  // compared as the layout
-      // A loss weight and how the model is run over tp, not the model: a run may continue with
-      // another.
+      // A loss weight, how the model is run over tp and which attention kernel computes it, not
+      // the model: a run may continue with another.
       if (std::string_view(section) == "model" &&
-          (key == "mtp_loss_scaling_factor" || key == "sequence_parallel"))
+          (key == "mtp_loss_scaling_factor" || key == "sequence_parallel" || key == "attention_backend"))
         continue;
       const boost::json::value* old = was.if_contains(key);
       // A checkpoint from before the mhc section existed is of a model without mHC.

@@ -38,9 +38,13 @@ __global__ void iota_kernel(int32_t n, int32_t* values) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) values[i] = static_cast<int32_t>(i);
 }
 
-// Block p handles sorted position p if it starts a run of equal ids: it owns that weight row and
-// adds the run's gradient rows (in token order, the sort being stable) onto it, one column per
-// thread, in fp32 registers: one read and one write of the row, no atomics.
+// Blocks (p, y) handle sorted position p if it starts a run of equal ids: they own that weight
+// row, block y its columns [y * blockDim, +blockDim), and add the run's gradient rows (in token
+// order, the sort being stable) onto it, one column per thread, in fp32 registers: one read and
+// one write of the row, no atomics. The run's end is found first (a binary search: the ids are
+// sorted), so the rows' loads do not wait on the id comparisons and several are in flight at once;
+// the additions stay one after another in token order (a frequent id's run is thousands of rows
+// long, spread over the row's column blocks).
 template <class D>
 __global__ void embedding_backward_kernel(int32_t n, int64_t dim, int64_t vocab, const int32_t* sorted_ids,
                                           const int32_t* sorted_tokens, const D* dout, float* dweight) {
@@ -48,13 +52,31 @@ __global__ void embedding_backward_kernel(int32_t n, int64_t dim, int64_t vocab,
   const int32_t id = sorted_ids[p];
   if (p > 0 && sorted_ids[p - 1] == id) return;
   if (id < 0 || id >= vocab) return;
-  float* row = dweight + static_cast<int64_t>(id) * dim;
-  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
-    float acc = row[c];
-    for (int32_t q = p; q < n && sorted_ids[q] == id; ++q)
-      acc += to_f32(dout[static_cast<int64_t>(sorted_tokens[q]) * dim + c]);
-    row[c] = acc;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (c >= dim) return;
+  int32_t lo = p + 1, hi = n;  // the first position after the run
+  while (lo < hi) {
+    const int32_t mid = lo + (hi - lo) / 2;
+    if (sorted_ids[mid] == id)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
+  const int32_t end = lo;
+  float* row = dweight + static_cast<int64_t>(id) * dim;
+  float acc = row[c];
+  constexpr int kInFlight = 8;
+  int32_t q = p;
+  for (; q + kInFlight <= end; q += kInFlight) {
+    float v[kInFlight];
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i)
+      v[i] = to_f32(dout[static_cast<int64_t>(sorted_tokens[q + i]) * dim + c]);
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) acc += v[i];
+  }
+  for (; q < end; ++q) acc += to_f32(dout[static_cast<int64_t>(sorted_tokens[q]) * dim + c]);
+  row[c] = acc;
 }
 
 }  // namespace
@@ -110,8 +132,12 @@ void embedding_backward(Handle& handle, int64_t n, int64_t dim, int64_t vocab, c
   PLEXUS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp, sort_bytes, ids, sorted_ids, tokens,
                                                     sorted_tokens, count, 0, 32, stream),
                     kName);
-  embedding_backward_kernel<<<static_cast<unsigned>(count), kRowThreads, 0, stream>>>(
-      count, dim, vocab, sorted_ids, sorted_tokens, dev(dout), dweight);
+  const int64_t column_blocks = (dim + kRowThreads - 1) / kRowThreads;
+  if (column_blocks > 65535)
+    throw std::invalid_argument(std::string(kName) + ": dim " + std::to_string(dim) + " exceeds one launch");
+  const dim3 grid(static_cast<unsigned>(count), static_cast<unsigned>(column_blocks));
+  embedding_backward_kernel<<<grid, kRowThreads, 0, stream>>>(count, dim, vocab, sorted_ids, sorted_tokens,
+                                                              dev(dout), dweight);
   check_launch(kName);
 }
 

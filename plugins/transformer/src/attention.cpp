@@ -18,6 +18,23 @@ namespace {
 
 namespace k = plexus::kernels;
 
+// model.attention_backend (absent: auto, for hosts that predate it). flash is a GPU kernel: on the
+// CPU it is refused rather than quietly run as the unfused path.
+AttentionBackend attention_backend(const plexus::sdk::Host& host, plx_config model, bool on_cuda) {
+  const std::string name = host.config_string_if(model, "attention_backend").value_or("auto");
+  if (name == "auto") return AttentionBackend::automatic;
+  if (name == "unfused") return AttentionBackend::unfused;
+  if (name != "flash")
+    throw Error(PLX_ERR_INVALID_ARGUMENT,
+                "model.attention_backend: expected \"auto\", \"flash\" or \"unfused\", got \"" + name + "\"");
+  if (!on_cuda)
+    throw Error(
+        PLX_ERR_INVALID_ARGUMENT,
+        "model.attention_backend \"flash\" is a GPU kernel; transformer.attention on the CPU runs the "
+        "unfused path (use \"auto\" or \"unfused\")");
+  return AttentionBackend::flash;
+}
+
 // PreNormState's in is qkv = u Wqkv^T with RoPE applied to q and k, [N, (nh + 2 ng) hd]; its mid
 // the attention output before the projection, [N, nh hd]; its d_in the qkv projection's output
 // gradient (after RoPE's transpose). The core also keeps:
@@ -35,6 +52,7 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
     groups_ = positive_int(host, m, "num_query_groups");
     max_seq_ = positive_int(host, m, "seq_length");
     const double rope_base = positive_number(host, m, "rotary_base");
+    const AttentionBackend backend = attention_backend(host, m, on_cuda());
     if (hidden_ % heads_ != 0)
       throw Error(PLX_ERR_INVALID_ARGUMENT, "hidden_size (" + std::to_string(hidden_) +
                                                 ") is not divisible by num_attention_heads (" +
@@ -74,6 +92,7 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
       spec.head_dim = head_dim_;
       spec.max_seq = max_seq_;
       spec.rope_base = rope_base;
+      spec.backend = backend;
       spec.rope_columns = rope_columns_;
       device_impl_ = make_cuda_attention(spec);
       return;

@@ -37,8 +37,12 @@ struct PreNormSpec : LayerSpec {
   Projections projections;
 };
 
+// model.attention_backend: which kernel computes the attention core on a GPU.
+enum class AttentionBackend { automatic, flash, unfused };
+
 // projections: in = qkv, (heads + 2 groups) head_dim wide; mid = the attention output, heads head_dim.
 struct AttentionSpec : PreNormSpec {
+  AttentionBackend backend = AttentionBackend::automatic;
   int64_t heads = 0, groups = 0, head_dim = 0;
   int64_t max_seq = 0;  // seq_length: the size of the rotary tables
   double rope_base = 10000;

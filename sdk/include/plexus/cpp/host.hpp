@@ -99,6 +99,13 @@ class Host {
     check_host(s);
     return v;
   }
+  std::optional<std::string> config_string_if(plx_config node, const char* key) const {
+    const char* v = nullptr;
+    const plx_status s = api_->config_get_string(api_->ctx, node, key, &v);
+    if (s == PLX_ERR_NOT_FOUND) return std::nullopt;
+    check_host(s);
+    return std::string(v);
+  }
   std::optional<bool> config_bool_if(plx_config node, const char* key) const {
     int32_t v = 0;
     const plx_status s = api_->config_get_bool(api_->ctx, node, key, &v);
