@@ -95,15 +95,16 @@ Result run_gpu(const plexus::LayerInstance& layer, const std::vector<Tensor>& pa
   return r;
 }
 
-// The smallest gap between a token's k-th and (k+1)-th selection score: the logits, plus the
-// expert bias where the layer has one (softmax after the top-k: the bias adds to the logit).
+// The smallest gap between a token's k-th and (k+1)-th selection score: the logits, or with the
+// expert bias (sigmoid scores only) sigmoid(logit) + bias.
 double selection_margin(const Config& c, const plexus::LayerInstance& layer, const Tensor& x,
                         const std::vector<Tensor>& params) {
   std::vector<double> z = moe_test::logits(c, layer, x, params);
   const auto* bias = c.options.if_contains("moe_router_enable_expert_bias");
   if (bias != nullptr && bias->as_bool()) {
     const Tensor& b = params[tt::param_index(layer, "mlp.router.expert_bias")];
-    for (std::size_t i = 0; i < z.size(); ++i) z[i] += b.get(i % static_cast<std::size_t>(c.experts()));
+    for (std::size_t i = 0; i < z.size(); ++i)
+      z[i] = 1 / (1 + std::exp(-z[i])) + b.get(i % static_cast<std::size_t>(c.experts()));
   }
   return std::min(moe_test::routing_margin(z, c.experts(), c.topk()), moe_test::group_margin(c, z));
 }
@@ -177,8 +178,15 @@ BOOST_AUTO_TEST_CASE(the_auxiliary_losses_gradients_match_the_cpu) {
           "aux loss, sigmoid k = 1");
 }
 
+BOOST_AUTO_TEST_CASE(the_topk_scaling_factor_as_on_the_cpu) {
+  compare(config(6, 2, {{"moe_router_topk_scaling_factor", 2.5}}), 2, 9, 14, "top-k scaling 2.5, softmax");
+  compare(config(6, 2, {{"moe_router_topk_scaling_factor", 2.5}, {"moe_router_score_function", "sigmoid"}}),
+          2, 9, 15, "top-k scaling 2.5, sigmoid");
+}
+
 BOOST_AUTO_TEST_CASE(the_expert_bias_steers_the_choice_as_on_the_cpu) {
-  compare(config(6, 2, {{"moe_router_enable_expert_bias", true}}), 2, 9, 13, "expert bias, softmax");
+  compare(config(6, 2, {{"moe_router_enable_expert_bias", true}, {"moe_router_score_function", "sigmoid"}}),
+          2, 9, 13, "expert bias, sigmoid");
 }
 
 BOOST_AUTO_TEST_CASE(experts_without_tokens_and_many_tokens) {
@@ -229,7 +237,8 @@ BOOST_AUTO_TEST_CASE(two_runs_are_bit_identical) {
 // after_step sums the counts (through a device buffer where there is a dp group) and updates the
 // device's bias in a host copy.
 BOOST_AUTO_TEST_CASE(after_step_moves_the_device_bias_as_on_the_cpu) {
-  const Config c = config(6, 2, {{"moe_router_enable_expert_bias", true}});
+  const Config c =
+      config(6, 2, {{"moe_router_enable_expert_bias", true}, {"moe_router_score_function", "sigmoid"}});
   moe_test::Layer cpu(c), gpu(c, kGpu);
   std::mt19937_64 rng(26);
   std::vector<Tensor> params = moe_test::random_params(*cpu, c, kF32, rng);

@@ -78,7 +78,11 @@ struct Case {
                                                                         : boost::json::value("probs")},
             {"shared", c.options.contains("moe_shared_expert_intermediate_size")},
             {"num_groups", moe_test::option(c, "moe_router_num_groups")},
-            {"group_topk", moe_test::option(c, "moe_router_group_topk")}};
+            {"group_topk", moe_test::option(c, "moe_router_group_topk")},
+            {"topk_scaling_factor", c.options.contains("moe_router_topk_scaling_factor")
+                                        ? c.options.at("moe_router_topk_scaling_factor").to_number<double>()
+                                        : 1.0},
+            {"shared_gate", c.options.contains("moe_shared_expert_gate")}};
   }
 };
 
@@ -124,6 +128,12 @@ std::vector<Case> cases() {
   shared.options = {{"num_moe_experts", 4}, {"moe_router_topk", 2}, {"moe_shared_expert_intermediate_size", 20},
                     {"moe_z_loss_coeff", 0.01}};
   add("shared_experts_swiglu", shared, 2, 8);
+  // DeepSeek-V3's routed scaling (2.5) and Megatron's shared expert gate.
+  moe_test::Config gated = shared;
+  gated.options["moe_shared_expert_gate"] = true;
+  gated.options["moe_router_topk_scaling_factor"] = 2.5;
+  gated.options["moe_router_score_function"] = "sigmoid";
+  add("shared_gate_sigmoid_scaled", gated, 2, 8);
   moe_test::Config grouped = post;
   grouped.options = {{"num_moe_experts", 8}, {"moe_router_topk", 2}, {"moe_router_num_groups", 2},
                      {"moe_router_group_topk", 1}, {"moe_aux_loss_coeff", 0.1}};

@@ -119,6 +119,7 @@ BOOST_AUTO_TEST_CASE(the_expert_bias_of_ep_2_is_the_one_process_bias) {
   Corpus corpus;
   const std::string options = " --set train.steps=10" + kMoe +
                               " --set model.moe.options.moe_router_enable_expert_bias=true"
+                              " --set model.moe.options.moe_router_score_function=sigmoid"
                               " --set model.moe.options.moe_router_bias_update_rate=0.015625";
   const auto one = corpus.dir.path() / "one";
   const auto two = corpus.dir.path() / "two";

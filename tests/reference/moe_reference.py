@@ -28,7 +28,9 @@ Usage (run with the system python, /usr/bin/python3, which sees Debian's python3
 spec.json: {"cases": [{"name", "experts", "topk", "normalization", "layernorm_epsilon",
              "activation": "gelu"|"swiglu", "score": "softmax"|"sigmoid", "pre_softmax": bool,
              "aux_loss_coeff", "z_loss_coeff", "loss_scale", "capacity_factor" (0: dropless),
-             "drop_policy": "probs"|"position", "shared": bool, "num_groups", "group_topk" (0: off)},
+             "drop_policy": "probs"|"position", "shared": bool, "num_groups", "group_topk" (0: off),
+             "topk_scaling_factor" (probs multiplied by it; 1: none), "shared_gate": bool (the shared
+             expert's output times sigmoid(u . mlp.shared_experts.gate_weight))},
              ...]}
 inputs (float32 or float64), per case: "<name>/hidden" [b, l, C], "<name>/grad_output" [b, l, C]
   and "<name>/param/<parameter name>" for every parameter, named as the layer names them.
@@ -127,12 +129,16 @@ def moe_layer(h, p, case):
         if k > 1:
             probs = probs / (probs.sum(-1, keepdim=True) + 1e-20)
         scores = sig / (sig.sum(-1, keepdim=True) + 1e-20) if k > 1 else sig
+    probs = probs * case.get("topk_scaling_factor", 1.0)
     combine = torch.zeros(tokens, experts, dtype=z.dtype).scatter(1, chosen, probs)
     if case["capacity_factor"] > 0:
         combine = combine * capacity_mask(combine.detach(), chosen, case)
     out = sum(combine[:, e:e + 1] * expert(u, p, e, case) for e in range(experts))
     if case["shared"]:
-        out = out + mlp(u, p["mlp.shared_experts.linear_fc1.weight"], p["mlp.shared_experts.linear_fc2.weight"], case)
+        shared = mlp(u, p["mlp.shared_experts.linear_fc1.weight"], p["mlp.shared_experts.linear_fc2.weight"], case)
+        if case.get("shared_gate", False):
+            shared = shared * torch.sigmoid(u @ p["mlp.shared_experts.gate_weight"].T)
+        out = out + shared
     counts = torch.zeros(experts, dtype=z.dtype).scatter_add(0, plain.reshape(-1),
                                                              torch.ones(tokens * k, dtype=z.dtype))
     aux = experts * case["aux_loss_coeff"] / (k * tokens * tokens) * (scores.sum(0) * counts).sum()

@@ -23,18 +23,23 @@ inline moe_test::Config config(double rate) {
   c.options = {{"num_moe_experts", 4},
                {"moe_router_topk", 1},
                {"moe_router_enable_expert_bias", true},
+               {"moe_router_score_function", "sigmoid"},
                {"moe_router_bias_update_rate", rate}};
   return c;
 }
 
-// Random experts, the routing above, a zero bias.
+// Random experts, a zero bias, and a router whose logit for the unit vector of dimension d is +10
+// at expert d and -10 at the others: sigmoid scores 1 and 0 (to 5e-5), so a token goes to expert
+// d until the bias difference of two experts nears 1.
 inline std::vector<Tensor> params(const plexus::LayerInstance& layer, const moe_test::Config& c, DLDataType dtype) {
   std::mt19937_64 rng(11);
   std::vector<Tensor> p = moe_test::random_params(layer, c, dtype, rng);
   p[moe_test::param_index(layer, "pre_mlp_layernorm.weight")].fill(1.0);
   Tensor& router = p[moe_test::param_index(layer, "mlp.router.weight")];
   router.fill(0.0);
-  for (int64_t e = 0; e < 4; ++e) router.set(static_cast<std::size_t>(e * c.hidden + e), 1.0);
+  for (int64_t e = 0; e < 4; ++e)
+    for (int64_t d = 0; d < 4; ++d)
+      router.set(static_cast<std::size_t>(e * c.hidden + d), e == d ? 10.0 : -10.0);
   p[moe_test::param_index(layer, "mlp.router.expert_bias")].fill(0.0);
   return p;
 }

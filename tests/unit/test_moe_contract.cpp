@@ -96,6 +96,14 @@ BOOST_AUTO_TEST_CASE(bad_options_are_refused_naming_the_option) {
   BOOST_TEST(tt::mentions(few, "moe_router_topk (3) must be between moe_router_group_topk (1) and the experts of the "
                                "chosen groups (2)"),
              few);
+  for (const double factor : {0.0, -2.5}) {
+    const std::string scaling = refusal(
+        with({{"num_moe_experts", 2}, {"moe_router_topk", 1}, {"moe_router_topk_scaling_factor", factor}}));
+    BOOST_TEST(tt::mentions(scaling, "moe_router_topk_scaling_factor must be a finite number > 0"), scaling);
+  }
+  const std::string gate =
+      refusal(with({{"num_moe_experts", 2}, {"moe_router_topk", 1}, {"moe_shared_expert_gate", true}}));
+  BOOST_TEST(tt::mentions(gate, "moe_shared_expert_gate needs a shared expert"), gate);
 }
 
 BOOST_AUTO_TEST_CASE(shared_experts_have_megatrons_names) {
@@ -107,6 +115,18 @@ BOOST_AUTO_TEST_CASE(shared_experts_have_megatrons_names) {
   BOOST_TEST(std::string(layer->param(n - 1).name) == "mlp.shared_experts.linear_fc2.weight");
   BOOST_TEST(layer->param(n - 2).desc.dims[0] == 7);
   BOOST_TEST(layer->param(n - 1).desc.dims[1] == 7);
+  // With Megatron's shared expert gate: mlp.shared_experts.gate_weight [1, C] after them.
+  moe_test::Config gated = with({{"num_moe_experts", 2},
+                                 {"moe_router_topk", 1},
+                                 {"moe_shared_expert_intermediate_size", 7},
+                                 {"moe_shared_expert_gate", true}});
+  moe_test::Layer with_gate(gated);
+  BOOST_TEST_REQUIRE(with_gate->info().num_params == 9u);
+  const plx_param_spec g = with_gate->param(8);
+  BOOST_TEST(std::string(g.name) == "mlp.shared_experts.gate_weight");
+  BOOST_TEST(g.desc.ndim == 2);
+  BOOST_TEST(g.desc.dims[0] == 1);
+  BOOST_TEST(g.desc.dims[1] == gated.hidden);
 }
 
 // A CUDA device this process does not have: refused by a build without CUDA, or by the CUDA path

@@ -229,3 +229,70 @@ BOOST_AUTO_TEST_CASE(group_limited_sigmoid) {
                   {"moe_router_group_topk", 2}, {"moe_router_score_function", "sigmoid"}, {"moe_aux_loss_coeff", 0.3}}),
             2, 5, 121);
 }
+
+// moe_router_topk_scaling_factor (DeepSeek-V3 uses 2.5): the chosen experts' weights multiplied
+// after the score function, for each score function.
+BOOST_AUTO_TEST_CASE(topk_scaling_factor_for_every_score_function) {
+  gradcheck(with({{"num_moe_experts", 4},
+                  {"moe_router_topk", 2},
+                  {"moe_router_topk_scaling_factor", 2.5},
+                  {"moe_aux_loss_coeff", 0.3},
+                  {"moe_z_loss_coeff", 0.05}}),
+            2, 5, 131);
+  gradcheck(with({{"num_moe_experts", 4},
+                  {"moe_router_topk", 2},
+                  {"moe_router_pre_softmax", true},
+                  {"moe_router_topk_scaling_factor", 2.5},
+                  {"moe_aux_loss_coeff", 0.3}}),
+            2, 5, 132);
+  gradcheck(with({{"num_moe_experts", 4},
+                  {"moe_router_topk", 2},
+                  {"moe_router_score_function", "sigmoid"},
+                  {"moe_router_topk_scaling_factor", 2.5},
+                  {"moe_aux_loss_coeff", 0.3}}),
+            2, 5, 133);
+}
+
+// Without a shared expert the layer's output is the weighted sum of the chosen experts' outputs,
+// so the factor scales it exactly (up to one rounding per element in float64).
+BOOST_AUTO_TEST_CASE(topk_scaling_factor_scales_the_routed_output) {
+  for (const char* score : {"softmax", "sigmoid"}) {
+    const moe_test::Config plain =
+        with({{"num_moe_experts", 4}, {"moe_router_topk", 2}, {"moe_router_score_function", score}});
+    moe_test::Config scaled = plain;
+    scaled.options["moe_router_topk_scaling_factor"] = 2.5;
+    moe_test::Layer a(plain), b(scaled);
+    std::mt19937_64 rng(141);
+    const std::vector<Tensor> params = moe_test::random_params(*a, plain, kF64, rng);
+    const Tensor h = tt::random_tensor({2, 5, plain.hidden}, kF64, rng);
+    moe_test::Run run_a(*a, {h}, params, kF64), run_b(*b, {h}, params, kF64);
+    const std::vector<double> y = run_a.forward(true)[0].values(), z = run_b.forward(true)[0].values();
+    double worst = 0, largest = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      worst = std::max(worst, std::abs(z[i] - 2.5 * y[i]));
+      largest = std::max(largest, std::abs(y[i]));
+    }
+    BOOST_TEST_INFO(score);
+    BOOST_TEST(largest > 0.0);
+    BOOST_TEST(worst <= 1e-13 * largest);
+  }
+}
+
+// moe_shared_expert_gate: the shared expert's output scaled per token by sigmoid(u . g), g the
+// parameter mlp.shared_experts.gate_weight; GeLU and SwiGLU shared experts.
+BOOST_AUTO_TEST_CASE(shared_expert_gate) {
+  gradcheck(with({{"num_moe_experts", 3},
+                  {"moe_router_topk", 2},
+                  {"moe_shared_expert_intermediate_size", 5},
+                  {"moe_shared_expert_gate", true},
+                  {"moe_aux_loss_coeff", 0.3}}),
+            2, 4, 151);
+  moe_test::Config c = with({{"num_moe_experts", 4},
+                             {"moe_router_topk", 1},
+                             {"moe_shared_expert_intermediate_size", 6},
+                             {"moe_shared_expert_gate", true},
+                             {"moe_router_topk_scaling_factor", 2.5},
+                             {"moe_z_loss_coeff", 0.05}});  // top-1 softmax: the router's gradient is z's
+  c.activation = "swiglu";
+  gradcheck(c, 2, 3, 152);
+}

@@ -152,7 +152,23 @@ MoeConfig MoeConfig::read(const plexus::sdk::Host& host, plx_config options, plx
     bad_option("moe_router_enable_expert_bias", "needs a host with ABI 1.5 or newer (buffers and after_step); this "
                                                 "host implements ABI 1." +
                                                     std::to_string(PLX_VERSION_MINOR(host.abi_version())));
+  // Megatron's TransformerConfig refuses it too: the bias is defined on sigmoid scores.
+  if (c.expert_bias && c.score != ScoreFunction::sigmoid)
+    bad_option("moe_router_enable_expert_bias",
+               "applies to the sigmoid score function only, as in Megatron-LM "
+               "(set moe_router_score_function to \"sigmoid\"; it is \"" +
+                   score + "\")");
   c.bias_update_rate = number_if(host, options, "moe_router_bias_update_rate").value_or(1e-3);
+  if (const auto factor = number_if(host, options, "moe_router_topk_scaling_factor")) {
+    if (!std::isfinite(*factor) || *factor <= 0)
+      bad_option("moe_router_topk_scaling_factor",
+                 "must be a finite number > 0 (leave it out for none), got " + number_text(*factor));
+    c.topk_scaling_factor = *factor;
+  }
+  c.shared_expert_gate = host.config_bool_if(options, "moe_shared_expert_gate").value_or(false);
+  if (c.shared_expert_gate && c.shared_ffn == 0)
+    bad_option("moe_shared_expert_gate",
+               "needs a shared expert (moe_shared_expert_intermediate_size > 0), as in Megatron-LM");
   if (!std::isfinite(c.bias_update_rate) || c.bias_update_rate < 0)
     bad_option("moe_router_bias_update_rate", "must be a finite number >= 0, got " + number_text(c.bias_update_rate));
   c.aux_loss_coeff = coefficient(host, options, "moe_aux_loss_coeff");
@@ -181,8 +197,10 @@ const char* options_schema() {
          R"json("moe_shared_expert_intermediate_size": {"type": "integer", "minimum": 0, "default": 0, "doc": "the width of a shared expert MLP every token passes through, added to the routed experts' output; 0: none"}, )json"
          R"json("moe_router_num_groups": {"type": "integer", "minimum": 0, "default": 0, "doc": "group-limited routing: the experts in this many equal groups (must divide num_moe_experts); 0: off"}, )json"
          R"json("moe_router_group_topk": {"type": "integer", "minimum": 0, "default": 0, "doc": "group-limited routing: a token chooses among this many groups, those whose k / group_topk largest scores sum highest"}, )json"
-         R"json("moe_router_enable_expert_bias": {"type": "boolean", "default": false, "doc": "aux-loss-free load balancing: a per-expert bias (mlp.router.expert_bias, state, not trained) added to the routing scores for the top-k selection only, updated after each step by moe_router_bias_update_rate * sign(mean count - count_i) over the step's tokens of all data-parallel ranks"}, )json"
-         R"json("moe_router_bias_update_rate": {"type": "number", "minimum": 0, "default": 0.001, "doc": "the expert bias's step per optimizer step"})json"
+         R"json("moe_router_enable_expert_bias": {"type": "boolean", "default": false, "doc": "aux-loss-free load balancing (sigmoid scores only, as in Megatron-LM): a per-expert bias (mlp.router.expert_bias, state, not trained) added to the routing scores for the top-k selection only, updated after each step by moe_router_bias_update_rate * sign(mean count - count_i) over the step's tokens of all data-parallel ranks"}, )json"
+         R"json("moe_router_bias_update_rate": {"type": "number", "minimum": 0, "default": 0.001, "doc": "the expert bias's step per optimizer step"}, )json"
+         R"json("moe_router_topk_scaling_factor": {"type": "number", "exclusive_minimum": 0, "doc": "the probabilities that weight the chosen experts' outputs multiplied by this after the score function (DeepSeek-V3: 2.5); absent: none"}, )json"
+         R"json("moe_shared_expert_gate": {"type": "boolean", "default": false, "doc": "the shared expert's output multiplied per token by sigmoid(u . g), g = mlp.shared_experts.gate_weight [1, hidden_size] (needs moe_shared_expert_intermediate_size > 0)"})json"
          R"json(}})json";
 }
 

@@ -45,6 +45,13 @@ struct MoeConfig {
   // every data-parallel rank (moe_router_bias_update_rate).
   bool expert_bias = false;
   double bias_update_rate = 1e-3;
+  // moe_router_topk_scaling_factor: the probabilities that weight the chosen experts' outputs
+  // are multiplied by it after the score function (Megatron applies it for every score
+  // function); 1 (the option absent): none.
+  double topk_scaling_factor = 1;
+  // moe_shared_expert_gate: the shared expert's output multiplied per token by sigmoid(u . g), g
+  // the parameter mlp.shared_experts.gate_weight [1, C] (Megatron's SharedExpertMLP gate).
+  bool shared_expert_gate = false;
 
   int64_t fc1_rows() const { return swiglu ? 2 * ffn : ffn; }
   // The most (token, choice) pairs one expert takes from T tokens; T k (all) when dropless.

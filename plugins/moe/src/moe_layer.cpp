@@ -20,6 +20,7 @@
 #include "moe_layer.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <memory>
 #include <string>
@@ -83,7 +84,9 @@ class MoeState : public plexus::sdk::LayerState {
   std::vector<uint8_t> kept;  // [T, k] under a capacity: 0 for a dropped pair
   Permutation perm;
   ExpertsSaved shared;            // the shared experts' activations
-  k::Buffer shared_y, du_shared;  // their output [T, C]; their input gradient
+  k::Buffer shared_y, du_shared;  // their output [T, C] (before the gate); their input gradient
+  // moe_shared_expert_gate: sigmoid(u . g) per token [T], and the gradient of its logit [T].
+  k::Buffer gate, dgate_logit;
   k::Buffer x_perm, y_perm;
   ExpertsSaved experts;
   k::Buffer dy_perm, dprobs, dx_perm;  // between backward stages
@@ -159,8 +162,11 @@ MoeConfig read_config(const plx_layer_create_args& args) {
 
 // What the CUDA path does not do yet, refused when the layer is created (before the device is
 // touched), naming the option and the device.
-void expect_built_on_cuda(const ExpertGroup& ep, DLDevice device) {
+void expect_built_on_cuda(const MoeConfig& c, const ExpertGroup& ep, DLDevice device) {
   const std::string on = std::string(kComponent) + " on CUDA (" + plexus::sdk::device_text(device) + "): ";
+  if (c.shared_expert_gate)
+    throw Error(PLX_ERR_UNSUPPORTED,
+                on + "moe_shared_expert_gate is not built for CUDA yet (it runs on the CPU)");
   if (ep.parallel())
     throw Error(PLX_ERR_UNSUPPORTED, on + "expert parallelism is not built yet: the \"ep\" group has " +
                                          std::to_string(ep.size) +
@@ -178,7 +184,7 @@ class MoeLayer final : public plexus::sdk::Layer {
         device_(args.device) {
     const MoeConfig& c = config_;
     if (device_.device_type == kDLCUDA) {
-      expect_built_on_cuda(ep_, device_);
+      expect_built_on_cuda(c, ep_, device_);
       device_impl_ = make_cuda_moe(c, device_);
     }
     steps_ = ep_.parallel() ? std::vector<Step>{kRoute, kDispatch, kExperts, kCombine, kUnpermute}
@@ -224,6 +230,9 @@ class MoeLayer final : public plexus::sdk::Layer {
           c.init_std, 0);
       add("mlp.shared_experts.linear_fc2.weight", {c.hidden, c.shared_ffn}, PLX_INIT_NORMAL,
           c.output_init_std, 0);
+      // Megatron's shared expert gate: [1, C], initialized like the layer's other inputs.
+      if (c.shared_expert_gate)
+        add("mlp.shared_experts.gate_weight", {1, c.hidden}, PLX_INIT_NORMAL, c.init_std, 0);
     }
   }
 
@@ -577,9 +586,11 @@ class MoeLayer final : public plexus::sdk::Layer {
         experts_forward<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params),
                            st.x_perm.data<T>(), st.experts, st.y_perm.get<T>(sz(rows * c.hidden)));
       }
-      if (c.shared_ffn > 0)
+      if (c.shared_ffn > 0) {
         experts_forward<T>(shared_shape(), {0, n}, shared_weights<T>(args.params), st.u.data<T>(), st.shared,
                            st.shared_y.get<T>(sz(n * c.hidden)));
+        if (c.shared_expert_gate) shared_gate_forward<T>(st, data<T>(args.params[shared_index_ + 2]));
+      }
       return;
     }
     wait_exchange(host, st.pending);
@@ -587,7 +598,11 @@ class MoeLayer final : public plexus::sdk::Layer {
     unpermute_forward<T>(st.perm, c.hidden, st.y_perm.data<T>(), st.router.probs.data<T>(), out);
     if (c.shared_ffn > 0) {
       const T* shared = st.shared_y.data<T>();
-      for (int64_t i = 0; i < n * c.hidden; ++i) out[i] += shared[i];
+      const T* gate = c.shared_expert_gate ? st.gate.data<T>() : nullptr;
+      for (int64_t t = 0; t < n; ++t) {
+        const T g = gate != nullptr ? gate[t] : T(1);
+        for (int64_t i = t * c.hidden; i < (t + 1) * c.hidden; ++i) out[i] += g * shared[i];
+      }
     }
     st.saved = (args.flags & PLX_FORWARD_TRAINING) != 0;
     st.next_backward = static_cast<uint32_t>(steps_.size()) - 1;
@@ -661,6 +676,7 @@ class MoeLayer final : public plexus::sdk::Layer {
         // Its output gradient is the layer's, which the host may change once backward returns.
         const T* dy = data<T>(args.grad_outputs[0]);
         std::copy(dy, dy + n * c.hidden, st.dy_shared.get<T>(sz(n * c.hidden)));
+        if (c.shared_expert_gate) shared_gate_backward<T>(st);
         experts_backward_inputs<T>(shared_shape(), {0, n}, shared_weights<T>(args.params), st.shared,
                                    st.dy_shared.data<T>(), st.du_shared.get<T>(sz(n * c.hidden)),
                                    st.da_shared);
@@ -676,6 +692,9 @@ class MoeLayer final : public plexus::sdk::Layer {
     if (c.shared_ffn > 0) {
       const T* shared = st.du_shared.data<T>();
       for (int64_t i = 0; i < n * c.hidden; ++i) du[i] += shared[i];
+      if (c.shared_expert_gate)  // du += dlogit_gate g
+        k::gemm_parallel<T>(k::Trans::N, k::Trans::N, n, c.hidden, 1, T(1), st.dgate_logit.data<T>(), 1,
+                            data<T>(args.params[shared_index_ + 2]), c.hidden, T(1), du, c.hidden);
     }
     T* dlogits = st.dlogits.get<T>(sz(n * c.experts));
     router_backward<T>(c, st.router, st.dprobs.data<T>(), plx_backward_loss_scale(&args), dlogits);
@@ -731,9 +750,47 @@ class MoeLayer final : public plexus::sdk::Layer {
     if (T* dw_router = grad_or_null<T>(grads, router_index_))
       k::gemm_parallel<T>(k::Trans::T, k::Trans::N, c.experts, c.hidden, n, T(1), st.dlogits.data<T>(),
                           c.experts, st.u.data<T>(), c.hidden, T(1), dw_router, c.hidden);
+    if (c.shared_expert_gate)  // dg += dlogit_gate^T u
+      if (T* dw_gate = grad_or_null<T>(grads, shared_index_ + 2))
+        k::gemm_parallel<T>(k::Trans::T, k::Trans::N, 1, c.hidden, n, T(1), st.dgate_logit.data<T>(), 1,
+                            st.u.data<T>(), c.hidden, T(1), dw_gate, c.hidden);
     T* dw = grad_or_null<T>(grads, 0);
     T* db = c.rms_prenorm ? nullptr : grad_or_null<T>(grads, 1);
     if (dw != nullptr || db != nullptr) norm_backward<T>(st, nullptr, nullptr, dw, db);
+  }
+
+  // Megatron's shared expert gate: gate_t = sigmoid(u_t . g), the shared experts' output of token
+  // t multiplied by it.
+  template <class T>
+  void shared_gate_forward(MoeState& st, const T* g) const {
+    const int64_t n = st.batch * st.seq, h = config_.hidden;
+    const T* u = st.u.data<T>();
+    T* gate = st.gate.get<T>(sz(n));
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; ++t) {
+      T logit = 0;
+      for (int64_t i = 0; i < h; ++i) logit += u[t * h + i] * g[i];
+      gate[t] = T(1) / (T(1) + std::exp(-logit));
+    }
+  }
+
+  // From the layer's output gradient in dy_shared: the gate's logit gradient, dlogit_t = gate_t
+  // (1 - gate_t) sum_i dy_ti y_ti (y: the shared experts' output before the gate), then dy_shared
+  // scaled by the gate (the shared experts' output gradient).
+  template <class T>
+  void shared_gate_backward(MoeState& st) const {
+    const int64_t n = st.batch * st.seq, h = config_.hidden;
+    const T* gate = st.gate.data<T>();
+    const T* y = st.shared_y.data<T>();
+    T* dy = st.dy_shared.data<T>();
+    T* dlogit = st.dgate_logit.get<T>(sz(n));
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; ++t) {
+      T dot = 0;
+      for (int64_t i = 0; i < h; ++i) dot += dy[t * h + i] * y[t * h + i];
+      dlogit[t] = dot * gate[t] * (T(1) - gate[t]);
+      for (int64_t i = 0; i < h; ++i) dy[t * h + i] *= gate[t];
+    }
   }
 
   template <class T>

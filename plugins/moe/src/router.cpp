@@ -156,6 +156,8 @@ void router_forward(const MoeConfig& c, int64_t tokens, const T* u, const T* w_r
       if (kk > 1)
         for (int64_t i = 0; i < e_count; ++i) sc[i] /= all + T(kSigmoidSumEps);
     }
+    if (c.topk_scaling_factor != 1)
+      for (int64_t j = 0; j < kk; ++j) p[j] *= static_cast<T>(c.topk_scaling_factor);
   }
   for (int64_t i = 0; i < tokens * kk; ++i) {
     ++s.counts[sz(s.chosen[sz(i)])];
@@ -214,8 +216,15 @@ void router_backward(const MoeConfig& c, const RouterSaved& s, const T* dprobs, 
     const T* z = logits + t * e_count;
     const T* sc = scores + t * e_count;
     const int32_t* pick = s.chosen.data() + t * kk;
-    const T* p = probs + t * kk;
-    const T* dp = dprobs + t * kk;
+    // With moe_router_topk_scaling_factor f the kept probabilities are f p and dprobs is the
+    // gradient of f p: the formulas below take p and its gradient f dprobs.
+    std::vector<T> p_unscaled(sz(kk)), dp_unscaled(sz(kk));
+    for (int64_t j = 0; j < kk; ++j) {
+      p_unscaled[sz(j)] = probs[t * kk + j] / static_cast<T>(c.topk_scaling_factor);
+      dp_unscaled[sz(j)] = dprobs[t * kk + j] * static_cast<T>(c.topk_scaling_factor);
+    }
+    const T* p = p_unscaled.data();
+    const T* dp = dp_unscaled.data();
     T* dz = dlogits + t * e_count;
     for (int64_t i = 0; i < e_count; ++i) dz[i] = 0;
     T pdp = 0;  // sum_j p_j dp_j

@@ -14,6 +14,7 @@ struct RouteShape {
   bool sigmoid = false;                // moe_router_score_function "sigmoid", else softmax
   bool pre_softmax = false;            // softmax over all experts before the top-k
   int64_t groups = 0, group_topk = 0;  // group-limited routing: G groups, g chosen; 0: off
+  float topk_scale = 1.0f;             // moe_router_topk_scaling_factor: probs scaled after the score
 };
 
 // Per token (router.cpp's router_forward after its product, step for step): plain [T, k] the k

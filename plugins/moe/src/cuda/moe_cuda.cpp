@@ -409,7 +409,8 @@ class MoeCuda final : public MoeDevice {
                       config_.score == ScoreFunction::sigmoid,
                       config_.pre_softmax,
                       config_.groups,
-                      config_.group_topk};
+                      config_.group_topk,
+                      static_cast<float>(config_.topk_scaling_factor)};
   }
   MlpDims expert_dims() const { return MlpDims{config_.hidden, config_.ffn, config_.swiglu}; }
   MlpDims shared_dims() const { return MlpDims{config_.hidden, config_.shared_ffn, config_.swiglu}; }

@@ -163,6 +163,8 @@ __global__ void route_kernel(RouteShape s, const float* logits, const float* bia
       if (kk > 1)
         for (int64_t i = 0; i < e_count; ++i) sc[i] /= all + kSigmoidSumEps;
     }
+    if (s.topk_scale != 1.0f)
+      for (int64_t j = 0; j < kk; ++j) p[j] *= s.topk_scale;
   }
 }
 
@@ -175,23 +177,27 @@ __global__ void router_backward_kernel(RouteShape s, const float* logits, const 
     const float* z = logits + t * e_count;
     const float* sc = scores + t * e_count;
     const int32_t* pick = chosen + t * kk;
-    const float* p = probs + t * kk;
-    const float* dp = dprobs + t * kk;
+    // With moe_router_topk_scaling_factor f the kept probabilities are f p and dprobs is the
+    // gradient of f p: the formulas take p and f dprobs (router.cpp).
+    const float* kept = probs + t * kk;
+    const float* dkept = dprobs + t * kk;
+    const auto p = [&](int64_t j) { return kept[j] / s.topk_scale; };
+    const auto dp = [&](int64_t j) { return dkept[j] * s.topk_scale; };
     float* dz = dlogits + t * e_count;
     for (int64_t i = 0; i < e_count; ++i) dz[i] = 0;
     float pdp = 0;
-    for (int64_t j = 0; j < kk; ++j) pdp += p[j] * dp[j];
+    for (int64_t j = 0; j < kk; ++j) pdp += p(j) * dp(j);
     if (!s.sigmoid && !s.pre_softmax) {
-      for (int64_t j = 0; j < kk; ++j) dz[pick[j]] += p[j] * (dp[j] - pdp);
+      for (int64_t j = 0; j < kk; ++j) dz[pick[j]] += p(j) * (dp(j) - pdp);
     } else if (!s.sigmoid) {
       for (int64_t i = 0; i < e_count; ++i) dz[i] -= sc[i] * pdp;
-      for (int64_t j = 0; j < kk; ++j) dz[pick[j]] += p[j] * dp[j];
+      for (int64_t j = 0; j < kk; ++j) dz[pick[j]] += p(j) * dp(j);
     } else {
       float sel = 0;
       for (int64_t j = 0; j < kk; ++j) sel += sigmoid(z[pick[j]]);
       for (int64_t j = 0; j < kk; ++j) {
         const float sg = sigmoid(z[pick[j]]);
-        const float dsg = kk > 1 ? (dp[j] - pdp) / (sel + kSigmoidSumEps) : dp[j];
+        const float dsg = kk > 1 ? (dp(j) - pdp) / (sel + kSigmoidSumEps) : dp(j);
         dz[pick[j]] += dsg * sg * (1.0f - sg);
       }
     }
