@@ -164,3 +164,42 @@ BOOST_AUTO_TEST_CASE(an_unknown_names_setting_is_refused_naming_the_key) {
   BOOST_TEST(contains(run.output, "checkpoint.names"), run.output);
   BOOST_TEST(contains(run.output, "\"te\""), run.output);
 }
+
+// An MoE layer under TE names (Megatron's TE spec keeps its pre_mlp_layernorm a module of its own)
+// beside a dense one (fused into linear_fc1); with moe_grouped_gemm its experts spelled as
+// TEGroupedMLP's. A run resumes from it under local names and goes on exactly.
+BOOST_AUTO_TEST_CASE(moe_layers_under_te_names) {
+  TrainCorpus corpus;
+  const std::string moe = kModel +
+                          " --set model.moe.layer_freq=2"
+                          R"( --set 'model.moe.options={"num_moe_experts": 2, "moe_router_topk": 1, )"
+                          R"("moe_ffn_hidden_size": 16, "moe_grouped_gemm": true}')";
+  const auto straight = corpus.dir.path() / "straight";
+  const auto a = run_process(corpus.train(straight.string(), moe));
+  BOOST_TEST_REQUIRE(a.status == 0, a.output);
+  const auto te = corpus.dir.path() / "te";
+  const auto b = run_process(corpus.train(
+      te.string(), moe + " --set train.steps=4 --set checkpoint.interval=4 --set checkpoint.names=te"));
+  BOOST_TEST_REQUIRE(b.status == 0, b.output);
+  const auto written = ck::SafetensorsFile::open(te / "checkpoints" / "step_00000004" / "model.safetensors");
+  for (const std::string name :
+       {"decoder.layers.0.pre_mlp_layernorm.weight", "decoder.layers.0.pre_mlp_layernorm.bias",
+        "decoder.layers.0.mlp.experts.linear_fc1.weight0", "decoder.layers.0.mlp.experts.linear_fc2.weight1",
+        "decoder.layers.1.mlp.linear_fc1.layer_norm_weight",
+        "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight"})
+    BOOST_TEST(written.contains(name), name);
+  for (const std::string name : {"decoder.layers.0.mlp.linear_fc1.layer_norm_weight",
+                                 "decoder.layers.0.mlp.experts.local_experts.0.linear_fc1.weight",
+                                 "decoder.layers.1.pre_mlp_layernorm.weight"})
+    BOOST_TEST(!written.contains(name), name);
+  const auto c = run_process(
+      corpus.train(te.string(), moe + " --resume " + quote((te / "checkpoints" / "step_00000004").string())));
+  BOOST_TEST_REQUIRE(c.status == 0, c.output);
+  const std::vector<double> whole = step_losses(straight / "metrics.jsonl");
+  const std::vector<double> resumed = step_losses(te / "metrics.jsonl");
+  BOOST_TEST_REQUIRE(whole.size() == 8u);
+  BOOST_TEST_REQUIRE(resumed.size() >= 4u);
+  BOOST_TEST((std::vector<double>(resumed.end() - 4, resumed.end()) ==
+              std::vector<double>(whole.end() - 4, whole.end())),
+             boost::test_tools::per_element());
+}

@@ -57,6 +57,30 @@ BOOST_AUTO_TEST_CASE(declares_megatrons_names_and_three_stages) {
   BOOST_TEST(std::string(layer->stage(2).name) == "unpermute");
 }
 
+// Megatron's Transformer Engine spelling: an MoE layer keeps its pre_mlp_layernorm (TENorm, not
+// fused into a linear_fc1), and with moe_grouped_gemm the experts are TEGroupedMLP's
+// mlp.experts.linear_fc<n>.weight<i>; without it SequentialMLP's local names in both spellings.
+BOOST_AUTO_TEST_CASE(transformer_engine_names) {
+  const auto te_of = [](const plx_param_spec& p) {
+    return std::string(p.te_name != nullptr && *p.te_name != '\0' ? p.te_name : p.name);
+  };
+  moe_test::Config c = with({{"num_moe_experts", 3}, {"moe_router_topk", 2}});
+  c.normalization = "LayerNorm";
+  moe_test::Layer plain(c);
+  for (uint32_t i = 0; i < plain->info().num_params; ++i)
+    BOOST_TEST(te_of(plain->param(i)) == std::string(plain->param(i).name));
+  c.options["moe_grouped_gemm"] = true;
+  moe_test::Layer grouped(c);
+  std::vector<std::string> te;
+  for (uint32_t i = 0; i < grouped->info().num_params; ++i) te.push_back(te_of(grouped->param(i)));
+  const std::vector<std::string> expected = {
+      "pre_mlp_layernorm.weight",       "pre_mlp_layernorm.bias",         "mlp.router.weight",
+      "mlp.experts.linear_fc1.weight0", "mlp.experts.linear_fc2.weight0", "mlp.experts.linear_fc1.weight1",
+      "mlp.experts.linear_fc2.weight1", "mlp.experts.linear_fc1.weight2", "mlp.experts.linear_fc2.weight2"};
+  BOOST_TEST(te == expected, boost::test_tools::per_element());
+  BOOST_TEST(std::string(grouped->param(3).name) == "mlp.experts.local_experts.0.linear_fc1.weight");
+}
+
 BOOST_AUTO_TEST_CASE(moe_ffn_hidden_size_overrides_the_models) {
   moe_test::Layer layer(with({{"num_moe_experts", 2}, {"moe_router_topk", 1}, {"moe_ffn_hidden_size", 5}}));
   BOOST_TEST(layer->param(2).desc.dims[0] == 5);  // expert 0's fc1: [F, C]

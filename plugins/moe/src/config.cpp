@@ -166,6 +166,7 @@ MoeConfig MoeConfig::read(const plexus::sdk::Host& host, plx_config options, plx
     c.topk_scaling_factor = *factor;
   }
   c.shared_expert_gate = host.config_bool_if(options, "moe_shared_expert_gate").value_or(false);
+  c.grouped_gemm = host.config_bool_if(options, "moe_grouped_gemm").value_or(false);
   if (c.shared_expert_gate && c.shared_ffn == 0)
     bad_option("moe_shared_expert_gate",
                "needs a shared expert (moe_shared_expert_intermediate_size > 0), as in Megatron-LM");
@@ -200,7 +201,8 @@ const char* options_schema() {
          R"json("moe_router_enable_expert_bias": {"type": "boolean", "default": false, "doc": "aux-loss-free load balancing (sigmoid scores only, as in Megatron-LM): a per-expert bias (mlp.router.expert_bias, state, not trained) added to the routing scores for the top-k selection only, updated after each step by moe_router_bias_update_rate * sign(mean count - count_i) over the step's tokens of all data-parallel ranks"}, )json"
          R"json("moe_router_bias_update_rate": {"type": "number", "minimum": 0, "default": 0.001, "doc": "the expert bias's step per optimizer step"}, )json"
          R"json("moe_router_topk_scaling_factor": {"type": "number", "exclusive_minimum": 0, "doc": "the probabilities that weight the chosen experts' outputs multiplied by this after the score function (DeepSeek-V3: 2.5); absent: none"}, )json"
-         R"json("moe_shared_expert_gate": {"type": "boolean", "default": false, "doc": "the shared expert's output multiplied per token by sigmoid(u . g), g = mlp.shared_experts.gate_weight [1, hidden_size] (needs moe_shared_expert_intermediate_size > 0)"})json"
+         R"json("moe_shared_expert_gate": {"type": "boolean", "default": false, "doc": "the shared expert's output multiplied per token by sigmoid(u . g), g = mlp.shared_experts.gate_weight [1, hidden_size] (needs moe_shared_expert_intermediate_size > 0)"}, )json"
+         R"json("moe_grouped_gemm": {"type": "boolean", "default": false, "doc": "with checkpoint.names \"te\", name the experts as Megatron's TEGroupedMLP does (mlp.experts.linear_fc1.weight<i>, as its hybrid stack always does); the computation is the same"})json"
          R"json(}})json";
 }
 

@@ -52,6 +52,9 @@ struct MoeConfig {
   // moe_shared_expert_gate: the shared expert's output multiplied per token by sigmoid(u . g), g
   // the parameter mlp.shared_experts.gate_weight [1, C] (Megatron's SharedExpertMLP gate).
   bool shared_expert_gate = false;
+  // moe_grouped_gemm: under checkpoint.names "te" the experts are spelled as Megatron's
+  // TEGroupedMLP spells them (mlp.experts.linear_fc1.weight<i>); the computation is the same.
+  bool grouped_gemm = false;
 
   int64_t fc1_rows() const { return swiglu ? 2 * ffn : ffn; }
   // The most (token, choice) pairs one expert takes from T tokens; T k (all) when dropless.

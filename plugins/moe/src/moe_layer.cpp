@@ -189,14 +189,11 @@ class MoeLayer final : public plexus::sdk::Layer {
     }
     steps_ = ep_.parallel() ? std::vector<Step>{kRoute, kDispatch, kExperts, kCombine, kUnpermute}
                             : std::vector<Step>{kRoute, kExperts, kUnpermute};
-    // Megatron's Transformer Engine layer spec names the pre-MLP norm as part of linear_fc1
-    // (its sharded_state_dict_keys_map): the second spelling of the norm's names.
+    // One spelling in both of Megatron's specs: its Transformer Engine spec fuses a dense MLP's
+    // norm into linear_fc1, but keeps an MoE layer's pre_mlp_layernorm a module of its own (TENorm).
     add("pre_mlp_layernorm.weight", {c.hidden}, PLX_INIT_ONES, 0, PLX_PARAM_NO_WEIGHT_DECAY);
-    specs_.back().te_name = "mlp.linear_fc1.layer_norm_weight";
-    if (!c.rms_prenorm) {
+    if (!c.rms_prenorm)
       add("pre_mlp_layernorm.bias", {c.hidden}, PLX_INIT_ZEROS, 0, PLX_PARAM_NO_WEIGHT_DECAY);
-      specs_.back().te_name = "mlp.linear_fc1.layer_norm_bias";
-    }
     router_index_ = static_cast<uint32_t>(specs_.size());
     add("mlp.router.weight", {c.experts, c.hidden}, PLX_INIT_NORMAL, c.init_std, 0);
     // Megatron's name for the aux-loss-free bias: state the layer updates itself (a buffer),
@@ -214,6 +211,14 @@ class MoeLayer final : public plexus::sdk::Layer {
       const std::string prefix = "mlp.experts.local_experts." + std::to_string(e) + ".";
       add(prefix + "linear_fc1.weight", {c.fc1_rows(), c.hidden}, PLX_INIT_NORMAL, c.init_std, 0);
       add(prefix + "linear_fc2.weight", {c.hidden, c.ffn}, PLX_INIT_NORMAL, c.output_init_std, 0);
+      if (c.grouped_gemm) {
+        // Megatron's TE spec with moe_grouped_gemm (always, in its hybrid stack): TEGroupedMLP,
+        // one GroupedLinear per projection holding expert i as weight<i>.
+        for (int fc = 1; fc <= 2; ++fc) {
+          names_.push_back("mlp.experts.linear_fc" + std::to_string(fc) + ".weight" + std::to_string(e));
+          specs_[specs_.size() - 3 + static_cast<std::size_t>(fc)].te_name = names_.back().c_str();
+        }
+      }
       if (ep_.parallel()) {
         // They hold every token of the ep group (under sequence parallelism every tp rank's
         // block that routes to them): no part to sum over tp.
