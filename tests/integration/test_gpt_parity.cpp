@@ -207,6 +207,16 @@ BOOST_AUTO_TEST_CASE(mtp_one_depth_layernorm_swiglu_untied) {
                 "model.untie_embeddings_and_output_weights=true"});
 }
 
+// Megatron's other position embeddings: none (its hybrid models' default: attention without
+// RoPE), and learned absolute positions added to the token embeddings (its GPT default).
+BOOST_AUTO_TEST_CASE(no_position_embedding_gqa) {
+  check_parity({"model.position_embedding_type=\"none\"", "model.num_query_groups=2"});
+}
+BOOST_AUTO_TEST_CASE(learned_absolute_positions_layernorm_untied) {
+  check_parity({"model.position_embedding_type=\"learned_absolute\"", "model.normalization=\"LayerNorm\"",
+                "model.untie_embeddings_and_output_weights=true"});
+}
+
 BOOST_AUTO_TEST_CASE(layernorm_swiglu_gqa_untied) {
   check_parity({"model.normalization=\"LayerNorm\"", "model.activation=\"swiglu\"",
                 "model.num_query_groups=2", "model.untie_embeddings_and_output_weights=true"});

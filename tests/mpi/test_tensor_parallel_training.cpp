@@ -90,6 +90,19 @@ void expect_close(const fs::path& a, const fs::path& b, int step) {
 PLEXUS_SKIP_MODULE_UNLESS(plexus::test::have_mpirun() && plexus::test::comm_mpi_built(),
                           "needs mpirun and the comm_mpi plugin (a build with MPI)")
 
+// Learned absolute positions (Megatron's GPT default): the embedding table whole on every tp
+// rank, added once into the vocabulary-parallel sum, its gradient the whole output gradient's on
+// every rank; at tp = 2 with and without sequence parallelism, within 1e-6 of tp = 1.
+BOOST_AUTO_TEST_CASE(learned_absolute_positions_under_tp) {
+  Corpus corpus;
+  const fs::path root = corpus.dir.path();
+  const std::string learned = kModel + R"( --set model.position_embedding_type=\"learned_absolute\")";
+  train(corpus, root / "tp1", 1, learned);
+  train(corpus, root / "tp2", 2, learned + tensor_parallel(2));
+  train(corpus, root / "tp2_sp", 2, learned + tensor_parallel(2) + kSequenceParallel);
+  for (const char* run : {"tp2", "tp2_sp"}) expect_close(root / "tp1", root / run, kSteps);
+}
+
 // The GPT (GeLU, tied embeddings) at tp = 2 and 4, and with SwiGLU, two query groups and untied
 // embeddings at tp = 2, each with and without sequence parallelism: losses, weights and Adam
 // moments within 1e-6 of tp = 1 after 20 steps.

@@ -106,7 +106,8 @@ def attention(x, p, pre, m):
     q = qkv[:, :, :, :per, :].reshape(b, s, nh, hd)
     k = qkv[:, :, :, per, :]
     v = qkv[:, :, :, per + 1, :]
-    q, k = rope(q, m["rotary_base"]), rope(k, m["rotary_base"])
+    if m.get("position_embedding_type", "rope") == "rope":
+        q, k = rope(q, m["rotary_base"]), rope(k, m["rotary_base"])
     k = k.repeat_interleave(per, dim=2)  # query head h reads group h // per
     v = v.repeat_interleave(per, dim=2)
     scores = torch.einsum("bshd,bthd->bhst", q, k) / math.sqrt(hd)
@@ -178,6 +179,8 @@ def forward(p, tokens, targets, m, hc=None):
 def forward_terms(p, tokens, targets, m, hc=None, mtp=None):
     """The loss to train and the main model's loss (the same without MTP)."""
     x = p["embedding.word_embeddings.weight"][tokens.long()]
+    if m.get("position_embedding_type", "rope") == "learned_absolute":
+        x = x + p["embedding.position_embeddings.weight"][: tokens.shape[1]]
     if hc and hc.get("enabled"):
         n = hc["num_residual_streams"]
         streams = x[:, :, None, :].expand(-1, -1, n, -1)

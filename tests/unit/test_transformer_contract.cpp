@@ -681,6 +681,30 @@ BOOST_AUTO_TEST_CASE(bad_model_settings_are_refused_at_create) {
   m.attention_backend = "unfused";
   BOOST_CHECK_NO_THROW(tt::Layer("transformer.attention", m));
 
+  // model.position_embedding_type: an unknown one is named; learned absolute positions with MTP
+  // depths are refused (Megatron rolls the positions with the tokens); otherwise they are
+  // Megatron's embedding.position_embeddings.weight [seq_length, C].
+  m = small();
+  m.position_embedding_type = "alibi";
+  e = tt::error_of([&] { tt::Layer("transformer.embedding", m); });
+  BOOST_TEST((tt::mentions(e, "model.position_embedding_type") && tt::mentions(e, "\"alibi\"")), e);
+  m.position_embedding_type = "learned_absolute";
+  {
+    tt::Layer embedding("transformer.embedding", m);
+    BOOST_TEST_REQUIRE(embedding->info().num_params == 2u);
+    const plx_param_spec pos = embedding->param(1);
+    BOOST_TEST(std::string(pos.name) == "embedding.position_embeddings.weight");
+    BOOST_TEST(pos.desc.dims[0] == m.seq_length);
+    BOOST_TEST(pos.desc.dims[1] == m.hidden_size);
+  }
+  boost::json::object with_mtp = m.json();
+  with_mtp["mtp_num_layers"] = 1;
+  e = tt::error_of([&] {
+    tt::ComponentLayer(tt::component("transformer.embedding"), boost::json::object{}, "model.layer.options",
+                       with_mtp, static_cast<uint32_t>(m.num_layers), DLDevice{kDLCPU, 0});
+  });
+  BOOST_TEST((tt::mentions(e, "learned_absolute") && tt::mentions(e, "mtp_num_layers")), e);
+
   // A device kind the plugin has no code for (CUDA is built in where the toolkit was found).
   e = tt::error_of([&] { tt::Layer("transformer.mlp", small(), kDLROCM); });
   BOOST_TEST(tt::mentions(e, "CPU"), e);

@@ -202,6 +202,18 @@ BOOST_AUTO_TEST_SUITE(gradients)
 BOOST_AUTO_TEST_CASE(embedding) {
   gradcheck("transformer.embedding", model("RMSNorm", "gelu", 3), 1);
 }
+// Learned absolute positions (embedding.position_embeddings.weight) added to the tokens' rows.
+BOOST_AUTO_TEST_CASE(embedding_learned_absolute_positions) {
+  tt::Model m = model("RMSNorm", "gelu", 3);
+  m.position_embedding_type = "learned_absolute";
+  gradcheck("transformer.embedding", m, 11);
+}
+// Attention without rotary embeddings (Megatron's position_embedding_type "none").
+BOOST_AUTO_TEST_CASE(attention_without_position_embedding) {
+  tt::Model m = model("LayerNorm", "gelu", 1);
+  m.position_embedding_type = "none";
+  gradcheck("transformer.attention", m, 12);
+}
 
 BOOST_AUTO_TEST_CASE(attention_rmsnorm_mha) {
   gradcheck("transformer.attention", model("RMSNorm", "gelu", 3), 2);

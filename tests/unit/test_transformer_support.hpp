@@ -69,6 +69,7 @@ struct Model {
   double init_method_std = 0.02;
   bool untie_embeddings_and_output_weights = false;
   std::string attention_backend = "auto";
+  std::string position_embedding_type = "rope";
 
   boost::json::object json() const {
     boost::json::object o;
@@ -86,6 +87,7 @@ struct Model {
     o["init_method_std"] = init_method_std;
     o["untie_embeddings_and_output_weights"] = untie_embeddings_and_output_weights;
     o["attention_backend"] = attention_backend;
+    o["position_embedding_type"] = position_embedding_type;
     return o;
   }
 };

@@ -62,7 +62,8 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
                                                 ") is not divisible by num_query_groups (" +
                                                 std::to_string(groups_) + ")");
     head_dim_ = hidden_ / heads_;
-    if (head_dim_ % 2 != 0)
+    const bool rope = position_embedding(host, m) == PositionEmbedding::rope;
+    if (rope && head_dim_ % 2 != 0)
       throw Error(PLX_ERR_INVALID_ARGUMENT,
                   "the head dimension hidden_size / num_attention_heads = " + std::to_string(hidden_) +
                       " / " + std::to_string(heads_) + " = " + std::to_string(head_dim_) +
@@ -80,9 +81,10 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
                     "self_attention.linear_qkv.layer_norm_bias"},
                    qkv_rows_, heads_ * head_dim_, output_init_std(args, init_std_));
 
-    // RoPE is applied in place to the query heads and the key head of every group.
+    // RoPE is applied in place to the query heads and the key head of every group (none without
+    // rotary position embeddings: an empty list rotates nothing).
     const int64_t per = heads_ / groups_;
-    for (int64_t g = 0; g < groups_; ++g)
+    for (int64_t g = 0; rope && g < groups_; ++g)
       for (int64_t j = 0; j <= per; ++j) rope_columns_.push_back(g * (per + 2) * head_dim_ + j * head_dim_);
     if (on_cuda()) {  // the GPU builds its own rotary tables
       AttentionSpec spec;

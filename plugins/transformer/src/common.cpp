@@ -25,6 +25,17 @@ double positive_number(const plexus::sdk::Host& host, plx_config model, const ch
   return v;
 }
 
+PositionEmbedding position_embedding(const plexus::sdk::Host& host, plx_config model) {
+  const std::string name = host.config_string_if(model, "position_embedding_type").value_or("rope");
+  if (name == "rope") return PositionEmbedding::rope;
+  if (name == "none") return PositionEmbedding::none;
+  if (name == "learned_absolute") return PositionEmbedding::learned_absolute;
+  throw Error(PLX_ERR_INVALID_ARGUMENT,
+              "model.position_embedding_type: expected \"rope\", \"none\" or "
+              "\"learned_absolute\", got \"" +
+                  name + "\"");
+}
+
 double output_init_std(const plx_layer_create_args& args, double init_method_std) {
   const uint32_t layers = plx_layer_residual_layers(&args);
   if (layers < 1)

@@ -30,6 +30,12 @@ int64_t padded_vocab_size(const plexus::sdk::Host& host, plx_config model);
 // Reads a number that must be > 0.
 double positive_number(const plexus::sdk::Host& host, plx_config model, const char* key);
 
+// model.position_embedding_type (Megatron's --position-embedding-type; absent: rope, for hosts
+// that predate it): rotary embeddings in attention, none, or learned absolute positions added by
+// the embedding. Anything else is refused naming the key.
+enum class PositionEmbedding { rope, none, learned_absolute };
+PositionEmbedding position_embedding(const plexus::sdk::Host& host, plx_config model);
+
 // The std of output projections (attention's linear_proj, the MLP's linear_fc2): Megatron's
 // output_layer_init_method, init_method_std / sqrt(2 num_layers) for a GPT and
 // init_method_std / sqrt(num_layers) for a hybrid model, whose num_layers counts every physical

@@ -1,4 +1,6 @@
-// transformer.embedding: h[b, s, :] = W[tokens[b, s], :] with W = embedding.word_embeddings.weight.
+// transformer.embedding: h[b, s, :] = W[tokens[b, s], :] with W = embedding.word_embeddings.weight,
+// plus P[s, :] with model.position_embedding_type "learned_absolute" (P =
+// embedding.position_embeddings.weight [seq_length, hidden], Megatron's LanguageModelEmbedding).
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -37,6 +39,22 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
     params_.push_back(make_param("embedding.word_embeddings.weight", {rows_, hidden_}, PLX_INIT_NORMAL,
                                  std_dev, PLX_PARAM_VOCABULARY));
     mark_split(params_.back(), 0, {});
+    if (position_embedding(host, args.model_config) == PositionEmbedding::learned_absolute) {
+      if (on_cuda())
+        throw Error(PLX_ERR_UNSUPPORTED,
+                    "model.position_embedding_type \"learned_absolute\" is not built for "
+                    "CUDA yet (it runs on the CPU; \"rope\" and \"none\" run on both)");
+      // Megatron rolls an MTP depth's positions with its tokens; this engine embeds the rolled
+      // tokens at unrolled positions, so the two would differ.
+      if (host.config_int_if(args.model_config, "mtp_num_layers").value_or(0) > 0)
+        throw Error(PLX_ERR_INVALID_ARGUMENT,
+                    "model.position_embedding_type \"learned_absolute\" with "
+                    "model.mtp_num_layers > 0 is not built (use \"rope\" or \"none\")");
+      max_seq_ = positive_int(host, args.model_config, "seq_length");
+      // Whole on every tp rank: each computes its full gradient from the whole output gradient.
+      params_.push_back(make_param("embedding.position_embeddings.weight", {max_seq_, hidden_},
+                                   PLX_INIT_NORMAL, std_dev, 0));
+    }
     if (on_cuda()) {
       EmbeddingSpec spec;
       fill_spec(spec);
@@ -105,9 +123,16 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
     const int32_t* ids = data<int32_t>(tokens);
     if (const int64_t bad = kernels::first_invalid_id(n, ids, vocab_); bad >= 0)
       throw_invalid_token(ids[bad], bad, seq, vocab_);
+    if (max_seq_ > 0 && seq > max_seq_)
+      throw Error(PLX_ERR_INVALID_ARGUMENT,
+                  "input 0 (token ids): " + std::to_string(seq) +
+                      " positions per sequence, but embedding.position_embeddings.weight "
+                      "has seq_length " +
+                      std::to_string(max_seq_) + " rows");
     T* out = data<T>(args.outputs[0]);
     if (tp_.size() == 1) {
       kernels::embedding_forward<T>(n, hidden_, ids, data<T>(args.params[0]), out);
+      add_positions<T>(args.params, batch, seq, out);
     } else {
       // Every token's row from this rank's part of the vocabulary (zeros for the others' rows),
       // summed over tp: all-reduced, or under sequence parallelism reduce-scattered to this
@@ -123,6 +148,7 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
         else
           std::fill(o, o + hidden_, T(0));
       }
+      if (tp_.rank() == 0) add_positions<T>(args.params, batch, seq, looked_up);  // once in the sum
       if (sp_)
         tp_.finish(tp_.start_scatter_sum_rows(looked_up, out, n / tp_.size(), hidden_, dt, device_));
       else
@@ -145,7 +171,8 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
     expect_params(args.params, args.param_grads, dt);
     // grad_inputs[0] (token ids) has no gradient: it is left alone.
     T* dw = grad_or_null<T>(args.param_grads, 0);
-    if (dw == nullptr) return;
+    T* dpos = max_seq_ > 0 ? grad_or_null<T>(args.param_grads, 1) : nullptr;
+    if (dw == nullptr && dpos == nullptr) return;
     const int64_t n = batch * seq;
     // Under sequence parallelism every rank's block of the output gradient, gathered.
     kernels::Buffer gathered;
@@ -155,6 +182,10 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
       tp_.gather_rows(dy, all, n / tp_.size(), hidden_, dt, device_);
       dy = all;
     }
+    if (dpos != nullptr)  // dP[s] += sum_b dy[b, s], in batch order
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t i = 0; i < seq * hidden_; ++i) dpos[i] += dy[b * seq * hidden_ + i];
+    if (dw == nullptr) return;
     if (tp_.size() == 1) {
       kernels::embedding_backward<T>(n, hidden_, st.tokens.data(), dy, dw);
       return;
@@ -173,8 +204,18 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
                                    dw);
   }
 
+  // out[b, s, :] += P[s, :] (learned absolute positions; nothing without them).
+  template <class T>
+  void add_positions(const DLTensor* params, int64_t batch, int64_t seq, T* out) const {
+    if (max_seq_ == 0) return;
+    const T* pos = data<T>(params[1]);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t i = 0; i < seq * hidden_; ++i) out[b * seq * hidden_ + i] += pos[i];
+  }
+
   int64_t vocab_ = 0, hidden_ = 0;
   int64_t rows_ = 0, first_row_ = 0;  // this rank's rows of the padded vocabulary
+  int64_t max_seq_ = 0;               // learned absolute positions: seq_length rows; 0: none
 };
 
 }  // namespace
