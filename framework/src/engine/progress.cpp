@@ -26,7 +26,7 @@ std::string Progress::duration(double seconds) {
   return text;
 }
 
-void Progress::step(int64_t step, double loss, double lr, double tokens_per_s, double mfu) {
+void Progress::step(int64_t step, double loss, double lr, double tokens_per_s, double gflops, double mfu) {
   const int64_t done = step + 1;
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double per_step = elapsed / static_cast<double>(done - first_step_);
@@ -36,8 +36,10 @@ void Progress::step(int64_t step, double loss, double lr, double tokens_per_s, d
   int n = std::snprintf(text, sizeof text, "step %*lld/%lld | loss %.4f | lr %.2e | %.0f tok/s", width,
                         static_cast<long long>(done), static_cast<long long>(total_steps_), loss, lr,
                         tokens_per_s);
+  if (gflops >= 0)
+    n += std::snprintf(text + n, sizeof text - static_cast<std::size_t>(n), " | %.1f GFLOP/s", gflops);
   if (mfu >= 0)
-    n += std::snprintf(text + n, sizeof text - static_cast<std::size_t>(n), " | %.1f GFLOP/s", mfu);
+    n += std::snprintf(text + n, sizeof text - static_cast<std::size_t>(n), " | MFU %.1f%%", 100 * mfu);
   std::snprintf(text + n, sizeof text - static_cast<std::size_t>(n), " | elapsed %s | ETA %s",
                 duration(elapsed).c_str(), duration(eta).c_str());
   if (terminal_) {

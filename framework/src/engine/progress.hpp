@@ -11,7 +11,9 @@ namespace plexus::detail {
 class Progress {
  public:
   Progress(int64_t first_step, int64_t total_steps, int64_t log_interval);
-  void step(int64_t step, double loss, double lr, double tokens_per_s, double mfu_or_negative);
+  // gflops and mfu (a fraction) are shown when not negative.
+  void step(int64_t step, double loss, double lr, double tokens_per_s, double gflops_or_negative,
+            double mfu_or_negative = -1);
   // Prints a full line (evaluation results, samples), keeping the live line intact.
   void line(const std::string& text);
   void finish();

@@ -84,6 +84,8 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   t.eval_interval = get_int(rc, "train", "eval_interval");
   t.eval_iters = get_int(rc, "train", "eval_iters");
   t.log_interval = get_int(rc, "train", "log_interval");
+  t.tensorboard_dir = std::string(rc.at("train").at("tensorboard_dir").as_string());
+  t.peak_tflops = rc.at("train").at("peak_tflops").to_number<double>();
   t.checkpoint_interval = get_int(rc, "checkpoint", "interval");
   t.keep_last = get_int(rc, "checkpoint", "keep_last");
   const std::string names(rc.at("checkpoint").at("names").as_string());

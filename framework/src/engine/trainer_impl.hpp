@@ -11,6 +11,7 @@
 #include "engine/pipeline_stages.hpp"
 #include "engine/plugin_metrics.hpp"
 #include "engine/progress.hpp"
+#include "engine/tensorboard_writer.hpp"
 #include "engine/thread_governor.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "plexus/core/checkpoint/tensor_names.hpp"
@@ -76,6 +77,9 @@ struct Trainer::Impl {
   double tokens_per_step = 0;             // over every data-parallel rank
 
   std::ofstream metrics;
+  std::unique_ptr<TensorBoardWriter> tensorboard;  // train.tensorboard_dir; nullptr when off
+  std::filesystem::path tensorboard_dir;
+  double peak_tflops = 0;                         // train.peak_tflops: one device's; 0: no MFU
   std::unique_ptr<PluginMetrics> plugin_metrics;  // the plugins' report_metric values, per step
   std::vector<Batch> batches;
 

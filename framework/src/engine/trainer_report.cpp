@@ -28,6 +28,19 @@ const char* precision_name(const Model& model) {
   return plx_dtype_equal(model.settings().activation_dtype, plx_dtype_bf16()) ? "bf16" : "fp32";
 }
 
+// TensorBoard's text plugin reads Markdown: the sample as a code block (indented lines), so its
+// characters are shown as they are.
+std::string replace_newlines(const std::string& text, const std::string& with) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '\n')
+      out += with;
+    else
+      out.push_back(c);
+  }
+  return out;
+}
+
 }  // namespace
 
 void Trainer::Impl::open_metrics() {
@@ -36,6 +49,7 @@ void Trainer::Impl::open_metrics() {
   metrics.open(output_dir / "metrics.jsonl", std::ios::app);
   if (!metrics)
     throw std::runtime_error("cannot write metrics to " + (output_dir / "metrics.jsonl").string());
+  if (!tensorboard_dir.empty()) tensorboard = std::make_unique<TensorBoardWriter>(tensorboard_dir);
 }
 
 void Trainer::Impl::write_metrics(const boost::json::object& record, const TrainerEvents& events) {
@@ -48,6 +62,10 @@ void Trainer::Impl::write_metrics(const boost::json::object& record, const Train
     throw std::runtime_error((output_dir / "metrics.jsonl").string() + ": cannot write a \"" +
                              std::string(record.at("event").as_string()) +
                              "\" record (disk full, or the file-size limit of ulimit -f)");
+  if (tensorboard) {  // the steps' and evaluations' numbers; the others describe the run
+    const std::string_view event = record.at("event").as_string();
+    if (event == "step" || event == "eval") tensorboard->write_record(record);
+  }
   if (events.on_metrics) events.on_metrics(record);
 }
 
@@ -104,6 +122,9 @@ void Trainer::Impl::report_step(int64_t step, const StepResult& trained, detail:
                              {"tokens_per_s", tokens_per_s},
                              {"step_seconds", trained.seconds}};
   if (gflops >= 0) record["gflops_per_s"] = gflops;
+  // Model FLOP utilization: the job's model FLOP/s over every rank's peak.
+  const double world = runtime != nullptr ? static_cast<double>(runtime->world_size()) : 1.0;
+  if (gflops >= 0 && peak_tflops > 0) record["mfu"] = gflops / (peak_tflops * 1e3 * world);
   if (trained.cpu_threads > 0) {
     record["cpu_threads"] = trained.cpu_threads;
     record["cpu_waited_cores"] = trained.cpu_waited_cores;
@@ -118,7 +139,9 @@ void Trainer::Impl::report_step(int64_t step, const StepResult& trained, detail:
   if (log_step) record["memory_per_rank"] = memory_per_rank();
   if (log_step && pp != nullptr) record["microbatches_in_flight_per_stage"] = microbatches_in_flight();
   write_metrics(record, events);
-  if (writer) progress.step(step, trained.loss, update->last_lr(), tokens_per_s, gflops);
+  if (writer)
+    progress.step(step, trained.loss, update->last_lr(), tokens_per_s, gflops,
+                  record.contains("mfu") ? record.at("mfu").as_double() : -1.0);
   if (!profile) return;
   profile->end_step(trained.seconds);
   if (!log_step) return;
@@ -153,6 +176,7 @@ void Trainer::Impl::report_eval(int64_t steps_done, detail::Progress& progress, 
       sampled = "(no sample: " + std::string(e.what()) + ")";
     }
     text += "\n--- sample ---\n" + sampled + "\n--------------";
+    if (tensorboard) tensorboard->text("sample", steps_done, "    " + replace_newlines(sampled, "\n    "));
   }
   progress.line(text);
 }
