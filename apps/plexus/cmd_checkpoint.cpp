@@ -9,6 +9,7 @@
 
 #include "checkpoint_convert.hpp"
 #include "checkpoint_inspect.hpp"
+#include "hf_export.hpp"
 #include "plexus/cli.hpp"
 #include "plexus/commands.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
@@ -23,6 +24,7 @@ constexpr const char* kHelp =
     R"(usage: plexus checkpoint inspect DIR [--json] [--verify] [--plugin-path DIR]...
        plexus checkpoint convert SRC DST --direction gpt-to-hybrid|hybrid-to-gpt
                                  [--hybrid-layer-pattern PATTERN] [--plugin-path DIR]...
+       plexus checkpoint export SRC OUT --format hf
 
 DIR and SRC are a checkpoint directory (runs/NAME/checkpoints/step_00000100), or a run's
 checkpoints directory or the run directory, meaning the newest complete checkpoint in it. A
@@ -140,12 +142,33 @@ int convert(const std::vector<std::string>& paths, const std::string& direction,
   return 0;
 }
 
+int export_model(const std::vector<std::string>& paths, const std::string& format) {
+  if (paths.size() != 2) {
+    std::cerr << "plexus checkpoint: error: export takes SRC and OUT\n\n" << kHelp;
+    return 1;
+  }
+  if (format != "hf") {
+    std::cerr << "plexus checkpoint: error: --format "
+              << (format.empty() ? "is required" : "'" + format + "'") << ": expected hf\n";
+    return 1;
+  }
+  const fs::path source = resolve_checkpoint(paths[0]);
+  const HfExportResult r = export_hf(source, paths[1]);
+  std::cout << "exported " << source.string() << " (step " << r.step << ") to " << paths[1] << ": "
+            << r.tensors << " tensors of a LlamaForCausalLM" << (r.tokenizer ? ", the tokenizer" : "")
+            << "\n";
+  for (const std::string& what : r.dropped)
+    std::cout << "left out: " << what << " (Llama has no place for them)\n";
+  std::cout << "load it with: transformers.AutoModelForCausalLM.from_pretrained(\"" << paths[1] << "\")\n";
+  return 0;
+}
+
 }  // namespace
 
 int checkpoint_command(const std::vector<std::string>& args) {
   return run_guarded("plexus checkpoint", [&] {
     PluginOptions plugin_options;
-    std::string action, direction, pattern;
+    std::string action, direction, pattern, format;
     std::vector<std::string> paths;
     bool json = false;
     bool verify = false;
@@ -157,7 +180,9 @@ int checkpoint_command(const std::vector<std::string>& args) {
         "is bad")("direction", po::value(&direction), "convert: gpt-to-hybrid or hybrid-to-gpt")(
         "hybrid-layer-pattern", po::value(&pattern),
         "convert: the destination's pattern (gpt-to-hybrid; default \"*-\" x L), or the source's, checked "
-        "(hybrid-to-gpt)")("help,h", po::bool_switch(&help), "this help");
+        "(hybrid-to-gpt)")("format", po::value(&format),
+                           "export: hf (a Hugging Face transformers model directory)")(
+        "help,h", po::bool_switch(&help), "this help");
     plugin_options.add_to(options);
     po::options_description hidden;
     hidden.add_options()("action", po::value(&action))("paths", po::value(&paths)->composing());
@@ -174,7 +199,8 @@ int checkpoint_command(const std::vector<std::string>& args) {
     }
     if (action == "inspect") return inspect(paths, json, verify, plugin_options);
     if (action == "convert") return convert(paths, direction, pattern, plugin_options);
-    std::cerr << "plexus checkpoint: error: expected 'inspect' or 'convert'\n\n" << kHelp;
+    if (action == "export") return export_model(paths, format);
+    std::cerr << "plexus checkpoint: error: expected 'inspect', 'convert' or 'export'\n\n" << kHelp;
     return 1;
   });
 }

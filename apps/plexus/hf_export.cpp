@@ -1,0 +1,211 @@
+#include "hf_export.hpp"
+
+#include <boost/json.hpp>
+
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <set>
+#include <span>
+#include <stdexcept>
+
+#include "plexus/core/checkpoint/checkpoint_dir.hpp"
+#include "plexus/core/checkpoint/safetensors.hpp"
+#include "plexus/core/engine/model.hpp"
+
+namespace plexus::cli {
+namespace {
+
+namespace ck = plexus::checkpoint;
+namespace fs = std::filesystem;
+using Bytes = std::span<const std::byte>;
+
+[[noreturn]] void cannot(const std::string& what) {
+  throw std::runtime_error("plexus checkpoint export --format hf: " + what);
+}
+
+std::string text_or(const boost::json::object& section, const char* key, const std::string& otherwise) {
+  const boost::json::value* v = section.if_contains(key);
+  return v != nullptr && v->is_string() ? std::string(v->as_string()) : otherwise;
+}
+
+double number_or(const boost::json::object& section, const char* key, double otherwise) {
+  const boost::json::value* v = section.if_contains(key);
+  return v != nullptr && v->is_number() ? v->to_number<double>() : otherwise;
+}
+
+// The checkpoint's tensors by name, both of Megatron's spellings of a pre-norm accepted; every
+// tensor taken is remembered, so that what is left can be named.
+class Tensors {
+ public:
+  explicit Tensors(const ck::SafetensorsFile& file) : file_(file) {}
+
+  // The float32 tensor `name` (or its Transformer Engine spelling `te`) of `shape`.
+  ck::TensorView take(const std::string& name, const std::vector<int64_t>& shape,
+                      const std::string& te = "") {
+    const std::string found = file_.contains(name) ? name : (!te.empty() && file_.contains(te) ? te : "");
+    if (found.empty())
+      cannot("model.safetensors has no tensor " + name + (te.empty() ? "" : " (nor " + te + ")"));
+    const ck::TensorView t = file_.tensor(found);
+    if (t.dtype != ck::DType::f32) cannot(found + " is not float32");
+    if (!std::equal(t.shape.begin(), t.shape.end(), shape.begin(), shape.end()))
+      cannot(found + " has another shape than the config's model describes");
+    taken_.insert(found);
+    return t;
+  }
+  // The names not taken, but those of the multi-token-prediction depths (left out).
+  std::vector<std::string> left(std::vector<std::string>& mtp) const {
+    std::vector<std::string> out;
+    for (const std::string& name : file_.names()) {
+      if (taken_.contains(name)) continue;
+      (name.starts_with("mtp.") ? mtp : out).push_back(name);
+    }
+    return out;
+  }
+
+ private:
+  const ck::SafetensorsFile& file_;
+  std::set<std::string> taken_;
+};
+
+// What of the model Llama cannot hold, refused before anything is read.
+void expect_llama(const boost::json::object& run_config) {
+  const boost::json::object& model = run_config.at("model").as_object();
+  const std::string norm = text_or(model, "normalization", "RMSNorm");
+  if (norm != "RMSNorm")
+    cannot("model.normalization is \"" + norm + "\": transformers' LlamaForCausalLM has RMSNorm");
+  const std::string act = text_or(model, "activation", "gelu");
+  if (act != "swiglu")
+    cannot("model.activation is \"" + act + "\": transformers' LlamaForCausalLM has SwiGLU MLPs");
+  const std::string pos = text_or(model, "position_embedding_type", "rope");
+  if (pos != "rope")
+    cannot("model.position_embedding_type is \"" + pos +
+           "\": transformers' LlamaForCausalLM has rotary embeddings");
+  if (const boost::json::value* mhc = run_config.if_contains("mhc");
+      mhc != nullptr && mhc->is_object() && mhc->as_object().contains("enabled") &&
+      mhc->as_object().at("enabled").is_bool() && mhc->as_object().at("enabled").as_bool())
+    cannot("mhc.enabled: hyper-connections have no transformers architecture");
+}
+
+std::vector<int64_t> shape_of(std::initializer_list<int64_t> dims) {
+  return dims;
+}
+
+}  // namespace
+
+HfExportResult export_hf(const fs::path& checkpoint, const fs::path& out) {
+  std::error_code ec;
+  if (fs::exists(out, ec)) cannot(out.string() + " exists (the export writes a new directory)");
+  const ck::LoadedCheckpoint loaded = ck::load_checkpoint(checkpoint);
+  const boost::json::value* config =
+      loaded.state.is_object() ? loaded.state.as_object().if_contains("config") : nullptr;
+  if (config == nullptr || !config->is_object() || !config->as_object().contains("model"))
+    cannot((checkpoint / "state.json").string() + " has no run config (\"config.model\")");
+  expect_llama(config->as_object());
+  const ModelSettings m = ModelSettings::from_run_config(*config);
+  const boost::json::object& model = config->as_object().at("model").as_object();
+  const int64_t C = m.hidden_size, L = m.num_layers, nh = m.num_attention_heads, ng = m.num_query_groups;
+  const int64_t hd = C / nh, per = nh / ng, F = m.ffn_hidden_size, V = m.vocab_size;
+
+  Tensors tensors(loaded.model);
+  ck::SafetensorsWriter writer;
+  writer.set_metadata("format", "pt");  // transformers' loader asks for it
+  std::deque<std::vector<std::byte>> owned;
+  // Rows [first, first + count) of a row-major [rows, cols] float32 tensor.
+  const auto rows = [](const ck::TensorView& t, int64_t first, int64_t count, int64_t cols) {
+    const auto bytes_per_row = static_cast<std::size_t>(cols) * sizeof(float);
+    return t.bytes.subspan(static_cast<std::size_t>(first) * bytes_per_row,
+                           static_cast<std::size_t>(count) * bytes_per_row);
+  };
+  const auto add = [&](const std::string& name, std::vector<int64_t> shape, Bytes bytes) {
+    writer.add(name, ck::DType::f32, std::move(shape), bytes);
+  };
+
+  const ck::TensorView embed =
+      tensors.take("embedding.word_embeddings.weight", shape_of({m.padded_vocab_size, C}));
+  add("model.embed_tokens.weight", {V, C}, rows(embed, 0, V, C));  // without the padded rows
+  for (int64_t i = 0; i < L; ++i) {
+    const std::string at = "decoder.layers." + std::to_string(i) + ".";
+    const std::string to = "model.layers." + std::to_string(i) + ".";
+    add(to + "input_layernorm.weight", {C},
+        tensors.take(at + "input_layernorm.weight", {C}, at + "self_attention.linear_qkv.layer_norm_weight")
+            .bytes);
+    // Megatron's qkv rows, group by group: [the group's `per` query heads; its key; its value].
+    const ck::TensorView qkv = tensors.take(at + "self_attention.linear_qkv.weight", {(nh + 2 * ng) * hd, C});
+    std::vector<std::byte>&q = owned.emplace_back(), &k = owned.emplace_back(), &v = owned.emplace_back();
+    for (int64_t g = 0; g < ng; ++g) {
+      const int64_t base = g * (per + 2) * hd;
+      const Bytes qs = rows(qkv, base, per * hd, C), ks = rows(qkv, base + per * hd, hd, C),
+                  vs = rows(qkv, base + (per + 1) * hd, hd, C);
+      q.insert(q.end(), qs.begin(), qs.end());
+      k.insert(k.end(), ks.begin(), ks.end());
+      v.insert(v.end(), vs.begin(), vs.end());
+    }
+    add(to + "self_attn.q_proj.weight", {nh * hd, C}, q);
+    add(to + "self_attn.k_proj.weight", {ng * hd, C}, k);
+    add(to + "self_attn.v_proj.weight", {ng * hd, C}, v);
+    add(to + "self_attn.o_proj.weight", {C, nh * hd},
+        tensors.take(at + "self_attention.linear_proj.weight", {C, nh * hd}).bytes);
+    add(to + "post_attention_layernorm.weight", {C},
+        tensors.take(at + "pre_mlp_layernorm.weight", {C}, at + "mlp.linear_fc1.layer_norm_weight").bytes);
+    const ck::TensorView fc1 = tensors.take(at + "mlp.linear_fc1.weight", {2 * F, C});  // [gate; up]
+    add(to + "mlp.gate_proj.weight", {F, C}, rows(fc1, 0, F, C));
+    add(to + "mlp.up_proj.weight", {F, C}, rows(fc1, F, F, C));
+    add(to + "mlp.down_proj.weight", {C, F}, tensors.take(at + "mlp.linear_fc2.weight", {C, F}).bytes);
+  }
+  add("model.norm.weight", {C}, tensors.take("decoder.final_layernorm.weight", {C}).bytes);
+  if (!m.tied) {
+    const ck::TensorView head = tensors.take("output_layer.weight", {m.padded_vocab_size, C});
+    add("lm_head.weight", {V, C}, rows(head, 0, V, C));
+  }
+  HfExportResult result;
+  std::vector<std::string> mtp;
+  if (const std::vector<std::string> other = tensors.left(mtp); !other.empty())
+    cannot("tensor " + other.front() + " (and " + std::to_string(other.size() - 1) +
+           " more) has no place in transformers' LlamaForCausalLM: only a GPT of attention and dense "
+           "SwiGLU MLP layers exports (no MoE, Mamba or other layers)");
+  if (!mtp.empty())
+    result.dropped.push_back(std::to_string(mtp.size()) + " tensors of the multi-token-prediction depths");
+
+  boost::json::object hf{{"architectures", boost::json::array{"LlamaForCausalLM"}},
+                         {"model_type", "llama"},
+                         {"vocab_size", V},
+                         {"hidden_size", C},
+                         {"intermediate_size", F},
+                         {"num_hidden_layers", L},
+                         {"num_attention_heads", nh},
+                         {"num_key_value_heads", ng},
+                         {"head_dim", hd},
+                         {"hidden_act", "silu"},
+                         {"max_position_embeddings", m.seq_length},
+                         {"rms_norm_eps", number_or(model, "layernorm_epsilon", 1e-5)},
+                         {"rope_theta", number_or(model, "rotary_base", 10000)},
+                         {"initializer_range", number_or(model, "init_method_std", 0.02)},
+                         {"tie_word_embeddings", m.tied},
+                         {"attention_bias", false},
+                         {"mlp_bias", false},
+                         {"torch_dtype", "float32"}};
+  fs::path tokenizer;
+  if (const boost::json::value* data = config->as_object().if_contains("data");
+      data != nullptr && data->is_object())
+    tokenizer = text_or(data->as_object(), "tokenizer", "");
+  if (!tokenizer.empty() && !fs::is_regular_file(tokenizer, ec))
+    cannot("the run's data.tokenizer " + tokenizer.string() + " is not there to copy");
+
+  // Everything is known: write.
+  fs::create_directories(out);
+  writer.write(out / "model.safetensors");
+  std::ofstream(out / "config.json") << boost::json::serialize(hf) << "\n";
+  if (!tokenizer.empty()) {
+    fs::copy_file(tokenizer, out / "tokenizer.json");
+    std::ofstream(out / "tokenizer_config.json") << R"({"tokenizer_class": "PreTrainedTokenizerFast"})"
+                                                 << "\n";
+    result.tokenizer = true;
+  }
+  if (!fs::exists(out / "config.json", ec)) cannot("cannot write " + (out / "config.json").string());
+  result.step = loaded.step;
+  result.tensors = static_cast<int64_t>(writer.tensor_count());
+  return result;
+}
+
+}  // namespace plexus::cli
