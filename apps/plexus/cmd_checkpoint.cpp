@@ -10,6 +10,7 @@
 #include "checkpoint_convert.hpp"
 #include "checkpoint_inspect.hpp"
 #include "hf_export.hpp"
+#include "hf_import.hpp"
 #include "plexus/cli.hpp"
 #include "plexus/commands.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
@@ -25,6 +26,7 @@ constexpr const char* kHelp =
        plexus checkpoint convert SRC DST --direction gpt-to-hybrid|hybrid-to-gpt
                                  [--hybrid-layer-pattern PATTERN] [--plugin-path DIR]...
        plexus checkpoint export SRC OUT --format hf
+       plexus checkpoint import HF_DIR OUT --format hf [--seq-length N]
 
 DIR and SRC are a checkpoint directory (runs/NAME/checkpoints/step_00000100), or a run's
 checkpoints directory or the run directory, meaning the newest complete checkpoint in it. A
@@ -163,12 +165,31 @@ int export_model(const std::vector<std::string>& paths, const std::string& forma
   return 0;
 }
 
+int import_model(const std::vector<std::string>& paths, const std::string& format, int64_t seq_length) {
+  if (paths.size() != 2) {
+    std::cerr << "plexus checkpoint: error: import takes HF_DIR and OUT\n\n" << kHelp;
+    return 1;
+  }
+  if (format != "hf") {
+    std::cerr << "plexus checkpoint: error: --format "
+              << (format.empty() ? "is required" : "'" + format + "'") << ": expected hf\n";
+    return 1;
+  }
+  const HfImportResult r = import_hf(paths[0], paths[1], seq_length);
+  std::cout << "imported " << paths[0] << " to " << paths[1] << ": " << r.tensors
+            << " tensors of a GPT at step 0, Adam's moments zero\nresume it with: plexus-train";
+  for (const std::string& setting : r.model_settings) std::cout << " --set '" << setting << "'";
+  std::cout << " --resume " << paths[1] << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int checkpoint_command(const std::vector<std::string>& args) {
   return run_guarded("plexus checkpoint", [&] {
     PluginOptions plugin_options;
     std::string action, direction, pattern, format;
+    int64_t seq_length = 0;
     std::vector<std::string> paths;
     bool json = false;
     bool verify = false;
@@ -181,7 +202,9 @@ int checkpoint_command(const std::vector<std::string>& args) {
         "hybrid-layer-pattern", po::value(&pattern),
         "convert: the destination's pattern (gpt-to-hybrid; default \"*-\" x L), or the source's, checked "
         "(hybrid-to-gpt)")("format", po::value(&format),
-                           "export: hf (a Hugging Face transformers model directory)")(
+                           "export, import: hf (a Hugging Face transformers model directory)")(
+        "seq-length", po::value(&seq_length),
+        "import: the run's model.seq_length (default: the model's max_position_embeddings)")(
         "help,h", po::bool_switch(&help), "this help");
     plugin_options.add_to(options);
     po::options_description hidden;
@@ -200,7 +223,8 @@ int checkpoint_command(const std::vector<std::string>& args) {
     if (action == "inspect") return inspect(paths, json, verify, plugin_options);
     if (action == "convert") return convert(paths, direction, pattern, plugin_options);
     if (action == "export") return export_model(paths, format);
-    std::cerr << "plexus checkpoint: error: expected 'inspect', 'convert' or 'export'\n\n" << kHelp;
+    if (action == "import") return import_model(paths, format, seq_length);
+    std::cerr << "plexus checkpoint: error: expected 'inspect', 'convert', 'export' or 'import'\n\n" << kHelp;
     return 1;
   });
 }

@@ -3,9 +3,10 @@
 // venv <repo>/.venv-hf of scripts/python-env.sh) as LlamaForCausalLM, gives the logits Plexus
 // gives on the same tokens: within 1e-4 of the largest logit (float32 on both sides; the sums run
 // in other orders and the rotary angles are float32 there, double here: ~1e-6 measured). Tied and
-// untied output layers, a padded vocabulary, TE-named pre-norms. What Llama cannot hold is refused
-// naming it, and an existing output directory is never written into. Without the venv the module
-// reports itself skipped.
+// untied output layers, a padded vocabulary, TE-named pre-norms. The way back: a Llama saved by
+// transformers (bfloat16) imports with the same logits and loss and trains on. What either side
+// cannot hold is refused naming it, and an existing output directory is never written into.
+// Without the venv the module reports itself skipped.
 #define BOOST_TEST_MODULE hf_export
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>
@@ -13,7 +14,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -86,6 +89,53 @@ std::vector<float> plexus_logits(const fs::path& checkpoint, const std::vector<i
   return out;
 }
 
+// Plexus's logits from `checkpoint` against transformers' from `hf` on 24 random tokens: within
+// 1e-4 of the largest logit; and transformers' loss of predicting each next token against the
+// same cross-entropy of Plexus's logits, within 1e-5 relative.
+void compare_logits(const fs::path& checkpoint, const fs::path& hf, const fs::path& work) {
+  std::mt19937 gen(5);
+  std::vector<int32_t> tokens(24);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(gen() % 200u);
+  int64_t vocab = 0;
+  const std::vector<float> ours = plexus_logits(checkpoint, tokens, vocab);
+
+  ck::SafetensorsWriter input;
+  input.add("tokens", ck::DType::i32, {1, static_cast<int64_t>(tokens.size())},
+            std::as_bytes(std::span<const int32_t>(tokens)));
+  input.write(work / "tokens.safetensors");
+  const fs::path result = work / "logits.safetensors";
+  const auto ran = run_process(quote(hf_python().string()) + " " +
+                               quote(std::string(PLEXUS_SOURCE_DIR) + "/tests/reference/hf_logits.py") +
+                               " logits " + quote(hf.string()) + " " +
+                               quote((work / "tokens.safetensors").string()) + " " + quote(result.string()));
+  BOOST_TEST_REQUIRE(ran.status == 0, ran.output);
+  const auto file = ck::SafetensorsFile::open(result);
+  const ck::TensorView theirs = file.tensor("logits");
+  BOOST_TEST_REQUIRE(theirs.bytes.size() == ours.size() * sizeof(float));
+  const auto* ref = reinterpret_cast<const float*>(theirs.bytes.data());
+  double largest = 0, worst = 0;
+  for (std::size_t i = 0; i < ours.size(); ++i) {
+    largest = std::max(largest, std::abs(static_cast<double>(ref[i])));
+    worst = std::max(worst, std::abs(static_cast<double>(ours[i]) - ref[i]));
+  }
+  BOOST_TEST_MESSAGE("largest logit " << largest << ", largest difference " << worst);
+  BOOST_TEST(largest > 0.1);
+  BOOST_TEST(worst <= 1e-4 * largest);
+  // Mean cross-entropy of position s predicting token s + 1, from Plexus's logits, in double.
+  double loss = 0;
+  const auto n = static_cast<int64_t>(tokens.size());
+  for (int64_t s = 0; s + 1 < n; ++s) {
+    const float* row = ours.data() + s * vocab;
+    double mx = row[0], sum = 0;
+    for (int64_t v = 1; v < vocab; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - mx);
+    loss += mx + std::log(sum) - row[tokens[static_cast<std::size_t>(s + 1)]];
+  }
+  loss /= static_cast<double>(n - 1);
+  const double hf_loss = reinterpret_cast<const double*>(file.tensor("loss").bytes.data())[0];
+  BOOST_TEST(loss == hf_loss, boost::test_tools::tolerance(1e-5));
+}
+
 // Trains, exports, and compares the two sides' logits on 24 random tokens.
 void check_export(const std::string& extra, const std::string& what) {
   BOOST_TEST_CONTEXT(what) {
@@ -99,34 +149,7 @@ void check_export(const std::string& extra, const std::string& what) {
     BOOST_TEST_REQUIRE(exported.status == 0, exported.output);
     BOOST_TEST(fs::exists(hf / "config.json"));
 
-    std::mt19937 gen(5);
-    std::vector<int32_t> tokens(24);
-    for (int32_t& t : tokens) t = static_cast<int32_t>(gen() % 200u);
-    int64_t vocab = 0;
-    const std::vector<float> ours = plexus_logits(checkpoint, tokens, vocab);
-
-    ck::SafetensorsWriter input;
-    input.add("tokens", ck::DType::i32, {1, static_cast<int64_t>(tokens.size())},
-              std::as_bytes(std::span<const int32_t>(tokens)));
-    input.write(corpus.dir.path() / "tokens.safetensors");
-    const fs::path result = corpus.dir.path() / "logits.safetensors";
-    const auto ran = run_process(
-        quote(hf_python().string()) + " " +
-        quote(std::string(PLEXUS_SOURCE_DIR) + "/tests/reference/hf_logits.py") + " " + quote(hf.string()) +
-        " " + quote((corpus.dir.path() / "tokens.safetensors").string()) + " " + quote(result.string()));
-    BOOST_TEST_REQUIRE(ran.status == 0, ran.output);
-    const auto file = ck::SafetensorsFile::open(result);
-    const ck::TensorView theirs = file.tensor("logits");
-    BOOST_TEST_REQUIRE(theirs.bytes.size() == ours.size() * sizeof(float));
-    const auto* ref = reinterpret_cast<const float*>(theirs.bytes.data());
-    double largest = 0, worst = 0;
-    for (std::size_t i = 0; i < ours.size(); ++i) {
-      largest = std::max(largest, std::abs(static_cast<double>(ref[i])));
-      worst = std::max(worst, std::abs(static_cast<double>(ours[i]) - ref[i]));
-    }
-    BOOST_TEST_MESSAGE(what << ": largest logit " << largest << ", largest difference " << worst);
-    BOOST_TEST(largest > 0.1);
-    BOOST_TEST(worst <= 1e-4 * largest);
+    compare_logits(checkpoint, hf, corpus.dir.path());
   }
 }
 
@@ -170,4 +193,43 @@ BOOST_AUTO_TEST_CASE(what_llama_cannot_hold_is_refused_naming_it) {
                                   quote((corpus.dir.path() / "x").string()) + " --format onnx");
   BOOST_TEST(format.status != 0);
   BOOST_TEST(format.output.find("expected hf") != std::string::npos, format.output);
+}
+
+// A model trained elsewhere: transformers saves a random Llama (bfloat16, GQA, untied); imported,
+// Plexus computes its logits and loss as transformers does, and plexus-train continues it with the
+// settings the import prints.
+BOOST_AUTO_TEST_CASE(a_transformers_llama_imports_and_trains_on) {
+  TrainCorpus corpus;
+  const fs::path hf = corpus.dir.path() / "made", imported = corpus.dir.path() / "imported";
+  const auto made = run_process(quote(hf_python().string()) + " " +
+                                quote(std::string(PLEXUS_SOURCE_DIR) + "/tests/reference/hf_logits.py") +
+                                " make " + quote(hf.string()));
+  BOOST_TEST_REQUIRE(made.status == 0, made.output);
+  const auto import = run_process(kPlexus + " checkpoint import " + quote(hf.string()) + " " +
+                                  quote(imported.string()) + " --format hf");
+  BOOST_TEST_REQUIRE(import.status == 0, import.output);
+  compare_logits(imported, hf, corpus.dir.path());
+
+  // The printed command, with the data and a short run.
+  const std::string marker = "resume it with: plexus-train";
+  const std::size_t at = import.output.find(marker);
+  BOOST_TEST_REQUIRE(at != std::string::npos, import.output);
+  std::string settings = import.output.substr(at + marker.size());
+  settings = settings.substr(0, settings.find('\n'));
+  const auto trained = run_process(
+      std::string(PLEXUS_BUILD_DIR) + "/bin/plexus-train --set data.path=" + quote(corpus.prefix) +
+      " --set run.output_dir=" + quote((corpus.dir.path() / "run").string()) +
+      " --set train.steps=3 --set train.eval_interval=0 --set sample.tokens=0" + settings);
+  BOOST_TEST(trained.status == 0, trained.output);
+  BOOST_TEST(trained.output.find("resumed from") != std::string::npos, trained.output);
+  // Refusals: an existing OUT, a model Plexus has no GPT for.
+  const auto again = run_process(kPlexus + " checkpoint import " + quote(hf.string()) + " " +
+                                 quote(imported.string()) + " --format hf");
+  BOOST_TEST(again.status != 0);
+  BOOST_TEST(again.output.find("exists") != std::string::npos, again.output);
+  std::ofstream(corpus.dir.path() / "config.json") << R"({"model_type": "mixtral", "hidden_size": 8})";
+  const auto mixtral = run_process(kPlexus + " checkpoint import " + quote(corpus.dir.path().string()) + " " +
+                                   quote((corpus.dir.path() / "m").string()) + " --format hf");
+  BOOST_TEST(mixtral.status != 0);
+  BOOST_TEST(mixtral.output.find("\"mixtral\"") != std::string::npos, mixtral.output);
 }

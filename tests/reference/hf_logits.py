@@ -1,27 +1,43 @@
 #!/usr/bin/env python3
-"""Loads a Hugging Face model directory with transformers (AutoModelForCausalLM, float32) and writes
-its logits for the token ids of a safetensors file, for tests/integration/test_hf_export.cpp.
+"""Hugging Face transformers' side of tests/integration/test_hf_export.cpp.
 
 Usage (the venv <repo>/.venv-hf of scripts/python-env.sh):
-  hf_logits.py MODEL_DIR TOKENS.safetensors OUT.safetensors
-TOKENS.safetensors: "tokens" int32 [1, S]. OUT: "logits" float32 [S, V], "architecture" as metadata.
+  hf_logits.py logits MODEL_DIR TOKENS.safetensors OUT.safetensors
+      loads MODEL_DIR with AutoModelForCausalLM (float32) and writes its logits for "tokens" (int32
+      [1, S]) as "logits" float32 [S, V], and its loss of predicting each next token ("loss" [1]),
+      with the model's class name as metadata "architecture"
+  hf_logits.py make MODEL_DIR
+      saves a random LlamaForCausalLM (bfloat16 weights, GQA, untied, vocabulary 256) as a model
+      trained elsewhere would come
 """
 import sys
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 
-def main():
-    model_dir, tokens_file, out_file = sys.argv[1:4]
+def logits(model_dir, tokens_file, out_file):
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
     model.eval()
     tokens = load_file(tokens_file)["tokens"].long()
     with torch.no_grad():
-        logits = model(tokens).logits[0].float().contiguous()
-    save_file({"logits": logits}, out_file, metadata={"architecture": type(model).__name__})
+        out = model(tokens, labels=tokens)
+    save_file({"logits": out.logits[0].float().contiguous(), "loss": out.loss.double().reshape(1)}, out_file,
+              metadata={"architecture": type(model).__name__})
+
+
+def make(model_dir):
+    torch.manual_seed(3)
+    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                         rms_norm_eps=1e-5, rope_theta=5000.0, tie_word_embeddings=False, initializer_range=0.1)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(model_dir, safe_serialization=True)
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "make":
+        make(sys.argv[2])
+    else:
+        logits(*sys.argv[2:5])
