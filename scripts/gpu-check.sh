@@ -15,7 +15,8 @@
 #           (PyTorch eager and torch.compile of the same math, same sizes)
 #   train   a short training run on the GPU in float32 and in bf16 (run.precision), then the
 #           end-to-end cost of mHC (n=4, mhc_fused) over the plain residual on a GPU-sized model
-#           in both precisions (scripts/mhc_compare.py)
+#           in both precisions (scripts/mhc_compare.py), then the fused attention kernel against
+#           the unfused one at seq 1024 and 4096 (tokens/s, peak memory)
 #   peer    bench/train_vs_torch.py --device cuda: tokens/s against PyTorch eager and
 #           torch.compile, float32 and bf16 (torch.autocast), on the default model and on a
 #           GPU-sized one (C=1024, 8 layers, seq 1024, micro-batch 8)
@@ -295,10 +296,44 @@ mhc_cost() {
   fi
 }
 
+# The fused (flash) attention kernel against the unfused one (model.attention_backend), bf16, on
+# the GPU-sized model at seq 1024 and at seq 4096: tokens/s of the last logged step of each run,
+# alternating, and the peak device memory nvidia-smi saw during it.
+attention_ab() {
+  section "fused against unfused attention (bf16; model.attention_backend auto / unfused)"
+  local shapes=("1024 8" "4096 2")
+  for shape in "${shapes[@]}"; do
+    read -r seq mbs <<<"$shape"
+    for backend in auto unfused auto unfused; do
+      local log="$logs/attention_${backend}_${seq}.log" peak="$logs/attention_${backend}_${seq}.mem"
+      (while true; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 0.2; done) >"$peak" 2>/dev/null &
+      local monitor=$!
+      local rc=0
+      (cd "$root" && "$bin/plexus-train" --config "$config" --set run.device=cuda --set run.precision=bf16 \
+        --set model.hidden_size=1024 --set model.num_layers=8 --set model.num_attention_heads=8 \
+        --set "model.seq_length=$seq" --set "train.micro_batch_size=$mbs" --set train.steps=30 \
+        --set train.log_interval=10 --set train.eval_interval=100000 --set sample.tokens=0 \
+        --set "model.attention_backend=$backend" --set "data.path=$data_path" \
+        --set "run.output_dir=$build/runs/attention-$backend-$seq") >"$log" 2>&1 || rc=$?
+      kill "$monitor" 2>/dev/null
+      wait "$monitor" 2>/dev/null || true
+      if [ "$rc" -ne 0 ]; then
+        fail "attention $backend, seq $seq: plexus-train failed (exit $rc), see $log"
+        continue
+      fi
+      local rate
+      rate="$(grep -o '[0-9]* tok/s' "$log" | tail -n 1)"
+      echo "  $backend seq $seq: $rate, peak $(sort -n "$peak" | tail -n 1) MiB"
+      note "attention $backend, seq $seq x $mbs: $rate, peak $(sort -n "$peak" | tail -n 1) MiB"
+    done
+  done
+}
+
 if wants train; then
   # float32 first: it is what the GPU tests compare against the CPU; bf16 is how a GPU trains.
   for precision in fp32 bf16; do train_run "$precision"; done
   for precision in fp32 bf16; do mhc_cost "$precision"; done
+  attention_ab
 fi
 
 # ---- peer: throughput against PyTorch on the GPU ------------------------------------------------
