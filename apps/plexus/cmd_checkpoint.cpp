@@ -157,10 +157,10 @@ int export_model(const std::vector<std::string>& paths, const std::string& forma
   const fs::path source = resolve_checkpoint(paths[0]);
   const HfExportResult r = export_hf(source, paths[1]);
   std::cout << "exported " << source.string() << " (step " << r.step << ") to " << paths[1] << ": "
-            << r.tensors << " tensors of a LlamaForCausalLM" << (r.tokenizer ? ", the tokenizer" : "")
+            << r.tensors << " tensors of a " << r.architecture << (r.tokenizer ? ", the tokenizer" : "")
             << "\n";
   for (const std::string& what : r.dropped)
-    std::cout << "left out: " << what << " (Llama has no place for them)\n";
+    std::cout << "left out: " << what << " (transformers' model has no place for them)\n";
   std::cout << "load it with: transformers.AutoModelForCausalLM.from_pretrained(\"" << paths[1] << "\")\n";
   return 0;
 }

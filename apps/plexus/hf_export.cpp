@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <span>
 #include <stdexcept>
@@ -91,6 +92,43 @@ std::vector<int64_t> shape_of(std::initializer_list<int64_t> dims) {
   return dims;
 }
 
+// An MoE layer's options (model.moe.options, Megatron's names), as transformers' Mixtral routes:
+// softmax over the experts, the top k renormalized (the same as a softmax over the k chosen
+// logits, Megatron's default), every token to its k experts.
+struct MoeShape {
+  int64_t experts = 8, topk = 2, ffn = 0;
+};
+
+MoeShape mixtral_moe(const boost::json::object& model, int64_t model_ffn) {
+  boost::json::object options;
+  if (const boost::json::value* moe = model.if_contains("moe"); moe != nullptr && moe->is_object())
+    if (const boost::json::value* o = moe->as_object().if_contains("options"); o != nullptr && o->is_object())
+      options = o->as_object();
+  const auto integer = [&](const char* key, int64_t otherwise) {
+    const boost::json::value* v = options.if_contains(key);
+    return v != nullptr && v->is_int64() ? v->as_int64() : otherwise;
+  };
+  const auto set = [&](const char* key) {
+    const boost::json::value* v = options.if_contains(key);
+    return v != nullptr && !v->is_null() && !(v->is_bool() && !v->as_bool()) &&
+           !(v->is_number() && v->to_number<double>() == 0);
+  };
+  MoeShape s;
+  s.experts = integer("num_moe_experts", 8);
+  s.topk = integer("moe_router_topk", 2);
+  s.ffn = integer("moe_ffn_hidden_size", 0);
+  if (s.ffn == 0) s.ffn = model_ffn;
+  if (text_or(options, "moe_router_score_function", "softmax") != "softmax")
+    cannot("model.moe.options.moe_router_score_function is not \"softmax\": Mixtral's router is a softmax");
+  for (const char* key :
+       {"moe_router_pre_softmax", "moe_expert_capacity_factor", "moe_shared_expert_intermediate_size",
+        "moe_router_num_groups", "moe_router_enable_expert_bias", "moe_router_topk_scaling_factor"})
+    if (set(key))
+      cannot("model.moe.options." + std::string(key) +
+             " is set: transformers' MixtralForCausalLM has no such routing");
+  return s;
+}
+
 }  // namespace
 
 HfExportResult export_hf(const fs::path& checkpoint, const fs::path& out) {
@@ -121,6 +159,16 @@ HfExportResult export_hf(const fs::path& checkpoint, const fs::path& out) {
     writer.add(name, ck::DType::f32, std::move(shape), bytes);
   };
 
+  // Every layer's MLP dense (Llama) or every one an MoE (Mixtral): transformers has no mix of them.
+  int64_t moe_layers = 0;
+  for (int64_t i = 0; i < L; ++i)
+    moe_layers += loaded.model.contains("decoder.layers." + std::to_string(i) + ".mlp.router.weight") ? 1 : 0;
+  if (moe_layers != 0 && moe_layers != L)
+    cannot(std::to_string(moe_layers) + " of the " + std::to_string(L) +
+           " layers are MoE layers (model.moe.layer_freq): transformers' Llama has none, its Mixtral only "
+           "those");
+  std::optional<MoeShape> moe;
+  if (moe_layers == L) moe = mixtral_moe(model, F);
   const ck::TensorView embed =
       tensors.take("embedding.word_embeddings.weight", shape_of({m.padded_vocab_size, C}));
   add("model.embed_tokens.weight", {V, C}, rows(embed, 0, V, C));  // without the padded rows
@@ -148,10 +196,27 @@ HfExportResult export_hf(const fs::path& checkpoint, const fs::path& out) {
         tensors.take(at + "self_attention.linear_proj.weight", {C, nh * hd}).bytes);
     add(to + "post_attention_layernorm.weight", {C},
         tensors.take(at + "pre_mlp_layernorm.weight", {C}, at + "mlp.linear_fc1.layer_norm_weight").bytes);
-    const ck::TensorView fc1 = tensors.take(at + "mlp.linear_fc1.weight", {2 * F, C});  // [gate; up]
-    add(to + "mlp.gate_proj.weight", {F, C}, rows(fc1, 0, F, C));
-    add(to + "mlp.up_proj.weight", {F, C}, rows(fc1, F, F, C));
-    add(to + "mlp.down_proj.weight", {C, F}, tensors.take(at + "mlp.linear_fc2.weight", {C, F}).bytes);
+    if (!moe) {
+      const ck::TensorView fc1 = tensors.take(at + "mlp.linear_fc1.weight", {2 * F, C});  // [gate; up]
+      add(to + "mlp.gate_proj.weight", {F, C}, rows(fc1, 0, F, C));
+      add(to + "mlp.up_proj.weight", {F, C}, rows(fc1, F, F, C));
+      add(to + "mlp.down_proj.weight", {C, F}, tensors.take(at + "mlp.linear_fc2.weight", {C, F}).bytes);
+      continue;
+    }
+    // Mixtral: the router, then per expert w1 (gate), w3 (up), w2 (down).
+    const int64_t E = moe->experts, Fe = moe->ffn;
+    add(to + "block_sparse_moe.gate.weight", {E, C}, tensors.take(at + "mlp.router.weight", {E, C}).bytes);
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string local = at + "mlp.experts.local_experts." + std::to_string(e) + ".";
+      const std::string grouped = at + "mlp.experts.linear_fc";
+      const std::string expert = to + "block_sparse_moe.experts." + std::to_string(e) + ".";
+      const ck::TensorView fc1 =
+          tensors.take(local + "linear_fc1.weight", {2 * Fe, C}, grouped + "1.weight" + std::to_string(e));
+      add(expert + "w1.weight", {Fe, C}, rows(fc1, 0, Fe, C));
+      add(expert + "w3.weight", {Fe, C}, rows(fc1, Fe, Fe, C));
+      add(expert + "w2.weight", {C, Fe},
+          tensors.take(local + "linear_fc2.weight", {C, Fe}, grouped + "2.weight" + std::to_string(e)).bytes);
+    }
   }
   add("model.norm.weight", {C}, tensors.take("decoder.final_layernorm.weight", {C}).bytes);
   if (!m.tied) {
@@ -162,29 +227,36 @@ HfExportResult export_hf(const fs::path& checkpoint, const fs::path& out) {
   std::vector<std::string> mtp;
   if (const std::vector<std::string> other = tensors.left(mtp); !other.empty())
     cannot("tensor " + other.front() + " (and " + std::to_string(other.size() - 1) +
-           " more) has no place in transformers' LlamaForCausalLM: only a GPT of attention and dense "
-           "SwiGLU MLP layers exports (no MoE, Mamba or other layers)");
+           " more) has no place in transformers' LlamaForCausalLM or MixtralForCausalLM: a GPT of attention "
+           "and SwiGLU MLP or MoE layers exports (no Mamba or other layers)");
   if (!mtp.empty())
     result.dropped.push_back(std::to_string(mtp.size()) + " tensors of the multi-token-prediction depths");
 
-  boost::json::object hf{{"architectures", boost::json::array{"LlamaForCausalLM"}},
-                         {"model_type", "llama"},
-                         {"vocab_size", V},
-                         {"hidden_size", C},
-                         {"intermediate_size", F},
-                         {"num_hidden_layers", L},
-                         {"num_attention_heads", nh},
-                         {"num_key_value_heads", ng},
-                         {"head_dim", hd},
-                         {"hidden_act", "silu"},
-                         {"max_position_embeddings", m.seq_length},
-                         {"rms_norm_eps", number_or(model, "layernorm_epsilon", 1e-5)},
-                         {"rope_theta", number_or(model, "rotary_base", 10000)},
-                         {"initializer_range", number_or(model, "init_method_std", 0.02)},
-                         {"tie_word_embeddings", m.tied},
-                         {"attention_bias", false},
-                         {"mlp_bias", false},
-                         {"torch_dtype", "float32"}};
+  boost::json::object hf{
+      {"architectures", boost::json::array{moe ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", moe ? "mixtral" : "llama"},
+      {"vocab_size", V},
+      {"hidden_size", C},
+      {"intermediate_size", F},
+      {"num_hidden_layers", L},
+      {"num_attention_heads", nh},
+      {"num_key_value_heads", ng},
+      {"head_dim", hd},
+      {"hidden_act", "silu"},
+      {"max_position_embeddings", m.seq_length},
+      {"rms_norm_eps", number_or(model, "layernorm_epsilon", 1e-5)},
+      {"rope_theta", number_or(model, "rotary_base", 10000)},
+      {"initializer_range", number_or(model, "init_method_std", 0.02)},
+      {"tie_word_embeddings", m.tied},
+      {"attention_bias", false},
+      {"mlp_bias", false},
+      {"torch_dtype", "float32"}};
+  if (moe) {
+    hf["intermediate_size"] = moe->ffn;
+    hf["num_local_experts"] = moe->experts;
+    hf["num_experts_per_tok"] = moe->topk;
+    hf["sliding_window"] = nullptr;
+  }
   fs::path tokenizer;
   if (const boost::json::value* data = config->as_object().if_contains("data");
       data != nullptr && data->is_object())
@@ -204,6 +276,7 @@ HfExportResult export_hf(const fs::path& checkpoint, const fs::path& out) {
   }
   if (!fs::exists(out / "config.json", ec)) cannot("cannot write " + (out / "config.json").string());
   result.step = loaded.step;
+  result.architecture = moe ? "MixtralForCausalLM" : "LlamaForCausalLM";
   result.tensors = static_cast<int64_t>(writer.tensor_count());
   return result;
 }

@@ -15,9 +15,14 @@
 //   decoder.final_layernorm.weight               model.norm.weight
 //   output_layer.weight (untied)                 lm_head.weight (tied: tie_word_embeddings)
 //
-// Both of Megatron's spellings of the pre-norms are read. Anything Llama cannot hold is refused
-// naming it (LayerNorm, GeLU, other position embeddings, mHC, an MoE, Mamba or any other tensor);
-// multi-token-prediction depths are left out, saying so.
+// A GPT whose every MLP is an MoE layer routed as Mixtral routes (softmax, the top k renormalized,
+// dropless, no shared expert) is transformers' MixtralForCausalLM: the router is
+// block_sparse_moe.gate, expert e's [gate; up] and down are its w1, w3 and w2.
+//
+// Both of Megatron's spellings of the pre-norms (and of TEGroupedMLP's experts) are read. Anything
+// transformers cannot hold is refused naming it (LayerNorm, GeLU, other position embeddings, mHC,
+// dense and MoE layers mixed, other routing, Mamba or any other tensor); multi-token-prediction
+// depths are left out, saying so.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +33,7 @@
 namespace plexus::cli {
 
 struct HfExportResult {
+  std::string architecture;  // LlamaForCausalLM or MixtralForCausalLM
   std::int64_t step = 0;
   std::int64_t tensors = 0;
   bool tokenizer = false;            // tokenizer.json copied from the run's data.tokenizer

@@ -150,9 +150,12 @@ HfImportResult import_hf(const fs::path& hf_dir, const fs::path& out, int64_t se
   const std::string type = c.contains("model_type") && c.at("model_type").is_string()
                                ? std::string(c.at("model_type").as_string())
                                : "";
-  if (type != "llama")
+  if (type != "llama" && type != "mixtral")
     cannot("config.json's model_type is \"" + type +
-           "\": only transformers' Llama (LlamaForCausalLM, a GPT with RMSNorm, SwiGLU and RoPE) imports");
+           "\": transformers' Llama and Mixtral import (a GPT with RMSNorm, SwiGLU and RoPE, and its MoE)");
+  const bool moe = type == "mixtral";
+  if (c.contains("sliding_window") && !c.at("sliding_window").is_null())
+    cannot("config.json has a sliding_window: Plexus's attention is full causal attention");
   const std::string act = c.contains("hidden_act") && c.at("hidden_act").is_string()
                               ? std::string(c.at("hidden_act").as_string())
                               : "silu";
@@ -187,6 +190,14 @@ HfImportResult import_hf(const fs::path& hf_dir, const fs::path& out, int64_t se
       "model.rotary_base=" + number(number_of(c, "rope_theta", 10000)),
       "model.init_method_std=" + number(number_of(c, "initializer_range", 0.02)),
       std::string("model.untie_embeddings_and_output_weights=") + (tied ? "false" : "true")};
+  const int64_t E = moe ? int_of(c, "num_local_experts") : 0,
+                topk = moe ? int_of(c, "num_experts_per_tok") : 0;
+  if (moe) {  // every layer's MLP an MoE layer, routed as Mixtral routes (Megatron's defaults)
+    result.model_settings.push_back("model.moe.layer_freq=1");
+    result.model_settings.push_back(R"(model.moe.options={"num_moe_experts": )" + std::to_string(E) +
+                                    R"(, "moe_router_topk": )" + std::to_string(topk) +
+                                    R"(, "moe_ffn_hidden_size": )" + std::to_string(F) + "}");
+  }
   const boost::json::value run_config = load_run_config(std::nullopt, result.model_settings);
 
   HfTensors hf(hf_dir);
@@ -218,11 +229,26 @@ HfImportResult import_hf(const fs::path& hf_dir, const fs::path& out, int64_t se
     add(to + "self_attention.linear_proj.weight", {C, nh * hd},
         hf.take(from + "self_attn.o_proj.weight", {C, nh * hd}));
     add(to + "pre_mlp_layernorm.weight", {C}, hf.take(from + "post_attention_layernorm.weight", {C}));
-    std::vector<float> fc1 = hf.take(from + "mlp.gate_proj.weight", {F, C});  // [gate; up]
-    const std::vector<float> up = hf.take(from + "mlp.up_proj.weight", {F, C});
-    fc1.insert(fc1.end(), up.begin(), up.end());
-    add(to + "mlp.linear_fc1.weight", {2 * F, C}, std::move(fc1));
-    add(to + "mlp.linear_fc2.weight", {C, F}, hf.take(from + "mlp.down_proj.weight", {C, F}));
+    // [gate; up] and down of the dense MLP, or of each of Mixtral's experts (w1, w3, w2).
+    const auto mlp = [&](const std::string& into, const std::string& gate, const std::string& up_name,
+                         const std::string& down) {
+      std::vector<float> fc1 = hf.take(gate, {F, C});
+      const std::vector<float> up = hf.take(up_name, {F, C});
+      fc1.insert(fc1.end(), up.begin(), up.end());
+      add(into + "linear_fc1.weight", {2 * F, C}, std::move(fc1));
+      add(into + "linear_fc2.weight", {C, F}, hf.take(down, {C, F}));
+    };
+    if (!moe) {
+      mlp(to + "mlp.", from + "mlp.gate_proj.weight", from + "mlp.up_proj.weight",
+          from + "mlp.down_proj.weight");
+      continue;
+    }
+    add(to + "mlp.router.weight", {E, C}, hf.take(from + "block_sparse_moe.gate.weight", {E, C}));
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string expert = from + "block_sparse_moe.experts." + std::to_string(e) + ".";
+      mlp(to + "mlp.experts.local_experts." + std::to_string(e) + ".", expert + "w1.weight",
+          expert + "w3.weight", expert + "w2.weight");
+    }
   }
   add("decoder.final_layernorm.weight", {C}, hf.take("model.norm.weight", {C}));
   if (!tied)

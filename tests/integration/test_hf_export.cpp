@@ -153,57 +153,15 @@ void check_export(const std::string& extra, const std::string& what) {
   }
 }
 
-}  // namespace
-
-PLEXUS_SKIP_MODULE_UNLESS(has_transformers(),
-                          "no transformers: the venv of scripts/python-env.sh (PLEXUS_HF_VENV "
-                          "or <repo>/.venv-hf) cannot import LlamaForCausalLM")
-
-BOOST_AUTO_TEST_CASE(a_tied_llama_gives_transformers_the_same_logits) {
-  check_export("", "tied");
-}
-
-// Untied output layer, the vocabulary padded to 288 rows (the export keeps the 256 real ones), and
-// Transformer Engine names for the pre-norms.
-BOOST_AUTO_TEST_CASE(an_untied_padded_te_named_llama_too) {
-  check_export(
-      "--set model.untie_embeddings_and_output_weights=true --set model.make_vocab_size_divisible_by=96 "
-      "--set checkpoint.names=te",
-      "untied, padded, te names");
-}
-
-BOOST_AUTO_TEST_CASE(what_llama_cannot_hold_is_refused_naming_it) {
-  TrainCorpus corpus;
-  const fs::path run = corpus.dir.path() / "run";
-  const auto trained =
-      run_process(corpus.train(run.string(), "--set train.steps=1 --set checkpoint.interval=1"));
-  BOOST_TEST_REQUIRE(trained.status == 0, trained.output);
-  const auto gelu = run_process(kPlexus + " checkpoint export " + quote(run.string()) + " " +
-                                quote((corpus.dir.path() / "hf").string()) + " --format hf");
-  BOOST_TEST(gelu.status != 0);
-  BOOST_TEST(gelu.output.find("model.activation") != std::string::npos, gelu.output);
-  BOOST_TEST(!fs::exists(corpus.dir.path() / "hf"));
-  // An existing output directory is not written into.
-  fs::create_directories(corpus.dir.path() / "taken");
-  const auto taken = run_process(kPlexus + " checkpoint export " + quote(run.string()) + " " +
-                                 quote((corpus.dir.path() / "taken").string()) + " --format hf");
-  BOOST_TEST(taken.status != 0);
-  BOOST_TEST(taken.output.find("exists") != std::string::npos, taken.output);
-  const auto format = run_process(kPlexus + " checkpoint export " + quote(run.string()) + " " +
-                                  quote((corpus.dir.path() / "x").string()) + " --format onnx");
-  BOOST_TEST(format.status != 0);
-  BOOST_TEST(format.output.find("expected hf") != std::string::npos, format.output);
-}
-
-// A model trained elsewhere: transformers saves a random Llama (bfloat16, GQA, untied); imported,
-// Plexus computes its logits and loss as transformers does, and plexus-train continues it with the
-// settings the import prints.
-BOOST_AUTO_TEST_CASE(a_transformers_llama_imports_and_trains_on) {
+// A model trained elsewhere: transformers saves a random `kind` (llama or mixtral; bfloat16, GQA,
+// untied); imported, Plexus computes its logits and loss as transformers does, and plexus-train
+// continues it with the settings the import prints.
+void check_import(const std::string& kind) {
   TrainCorpus corpus;
   const fs::path hf = corpus.dir.path() / "made", imported = corpus.dir.path() / "imported";
   const auto made = run_process(quote(hf_python().string()) + " " +
                                 quote(std::string(PLEXUS_SOURCE_DIR) + "/tests/reference/hf_logits.py") +
-                                " make " + quote(hf.string()));
+                                " make " + quote(hf.string()) + " " + kind);
   BOOST_TEST_REQUIRE(made.status == 0, made.output);
   const auto import = run_process(kPlexus + " checkpoint import " + quote(hf.string()) + " " +
                                   quote(imported.string()) + " --format hf");
@@ -227,9 +185,81 @@ BOOST_AUTO_TEST_CASE(a_transformers_llama_imports_and_trains_on) {
                                  quote(imported.string()) + " --format hf");
   BOOST_TEST(again.status != 0);
   BOOST_TEST(again.output.find("exists") != std::string::npos, again.output);
-  std::ofstream(corpus.dir.path() / "config.json") << R"({"model_type": "mixtral", "hidden_size": 8})";
-  const auto mixtral = run_process(kPlexus + " checkpoint import " + quote(corpus.dir.path().string()) + " " +
-                                   quote((corpus.dir.path() / "m").string()) + " --format hf");
-  BOOST_TEST(mixtral.status != 0);
-  BOOST_TEST(mixtral.output.find("\"mixtral\"") != std::string::npos, mixtral.output);
+  std::ofstream(corpus.dir.path() / "config.json") << R"({"model_type": "gpt2", "hidden_size": 8})";
+  const auto gpt2 = run_process(kPlexus + " checkpoint import " + quote(corpus.dir.path().string()) + " " +
+                                quote((corpus.dir.path() / "m").string()) + " --format hf");
+  BOOST_TEST(gpt2.status != 0);
+  BOOST_TEST(gpt2.output.find("\"gpt2\"") != std::string::npos, gpt2.output);
+}
+
+}  // namespace
+
+PLEXUS_SKIP_MODULE_UNLESS(has_transformers(),
+                          "no transformers: the venv of scripts/python-env.sh (PLEXUS_HF_VENV "
+                          "or <repo>/.venv-hf) cannot import LlamaForCausalLM")
+
+BOOST_AUTO_TEST_CASE(a_tied_llama_gives_transformers_the_same_logits) {
+  check_export("", "tied");
+}
+
+// Untied output layer, the vocabulary padded to 288 rows (the export keeps the 256 real ones), and
+// Transformer Engine names for the pre-norms.
+BOOST_AUTO_TEST_CASE(an_untied_padded_te_named_llama_too) {
+  check_export(
+      "--set model.untie_embeddings_and_output_weights=true --set model.make_vocab_size_divisible_by=96 "
+      "--set checkpoint.names=te",
+      "untied, padded, te names");
+}
+
+// Every MLP an MoE layer routed as Mixtral routes (softmax after the top 2 of 4 experts, the
+// default): transformers' MixtralForCausalLM, with TEGroupedMLP's expert names read too.
+BOOST_AUTO_TEST_CASE(an_all_moe_gpt_is_mixtral) {
+  const std::string moe =
+      "--set model.moe.layer_freq=1"
+      R"( --set 'model.moe.options={"num_moe_experts": 4, "moe_router_topk": 2, )"
+      R"("moe_ffn_hidden_size": 24, "moe_aux_loss_coeff": 0.01, "moe_grouped_gemm": true}')";
+  check_export(moe, "mixtral");
+  check_export(moe + " --set checkpoint.names=te", "mixtral, te names");
+}
+
+BOOST_AUTO_TEST_CASE(what_llama_cannot_hold_is_refused_naming_it) {
+  TrainCorpus corpus;
+  const fs::path run = corpus.dir.path() / "run";
+  const auto trained =
+      run_process(corpus.train(run.string(), "--set train.steps=1 --set checkpoint.interval=1"));
+  BOOST_TEST_REQUIRE(trained.status == 0, trained.output);
+  const auto gelu = run_process(kPlexus + " checkpoint export " + quote(run.string()) + " " +
+                                quote((corpus.dir.path() / "hf").string()) + " --format hf");
+  BOOST_TEST(gelu.status != 0);
+  BOOST_TEST(gelu.output.find("model.activation") != std::string::npos, gelu.output);
+  BOOST_TEST(!fs::exists(corpus.dir.path() / "hf"));
+  // An existing output directory is not written into.
+  fs::create_directories(corpus.dir.path() / "taken");
+  const auto taken = run_process(kPlexus + " checkpoint export " + quote(run.string()) + " " +
+                                 quote((corpus.dir.path() / "taken").string()) + " --format hf");
+  BOOST_TEST(taken.status != 0);
+  BOOST_TEST(taken.output.find("exists") != std::string::npos, taken.output);
+  const auto format = run_process(kPlexus + " checkpoint export " + quote(run.string()) + " " +
+                                  quote((corpus.dir.path() / "x").string()) + " --format onnx");
+  BOOST_TEST(format.status != 0);
+  BOOST_TEST(format.output.find("expected hf") != std::string::npos, format.output);
+  // Dense and MoE layers mixed: neither Llama nor Mixtral.
+  const fs::path mixed = corpus.dir.path() / "mixed";
+  const auto trained_mixed = run_process(corpus.train(
+      mixed.string(),
+      kLlama + R"( --set model.moe.layer_freq=2 --set 'model.moe.options={"num_moe_experts": 2}')"));
+  BOOST_TEST_REQUIRE(trained_mixed.status == 0, trained_mixed.output);
+  const auto both = run_process(kPlexus + " checkpoint export " + quote(mixed.string()) + " " +
+                                quote((corpus.dir.path() / "hf_mixed").string()) + " --format hf");
+  BOOST_TEST(both.status != 0);
+  BOOST_TEST(both.output.find("model.moe.layer_freq") != std::string::npos, both.output);
+}
+
+BOOST_AUTO_TEST_CASE(a_transformers_llama_imports_and_trains_on) {
+  check_import("llama");
+}
+
+// Mixtral: every MLP an MoE layer of 4 experts, 2 per token, routed alike on both sides.
+BOOST_AUTO_TEST_CASE(a_transformers_mixtral_imports_and_trains_on) {
+  check_import("mixtral");
 }
