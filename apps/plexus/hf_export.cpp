@@ -2,6 +2,8 @@
 
 #include <boost/json.hpp>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -264,17 +266,27 @@ HfExportResult export_hf(const fs::path& checkpoint, const fs::path& out) {
   if (!tokenizer.empty() && !fs::is_regular_file(tokenizer, ec))
     cannot("the run's data.tokenizer " + tokenizer.string() + " is not there to copy");
 
-  // Everything is known: write.
-  fs::create_directories(out);
-  writer.write(out / "model.safetensors");
-  std::ofstream(out / "config.json") << boost::json::serialize(hf) << "\n";
-  if (!tokenizer.empty()) {
-    fs::copy_file(tokenizer, out / "tokenizer.json");
-    std::ofstream(out / "tokenizer_config.json") << R"({"tokenizer_class": "PreTrainedTokenizerFast"})"
-                                                 << "\n";
-    result.tokenizer = true;
+  // Everything is known: written into a directory beside OUT, renamed to OUT when complete, so a
+  // failure (a full disk) leaves no half-written model where a loader would find it.
+  const fs::path partial =
+      out.parent_path() / ("." + out.filename().string() + ".partial-" + std::to_string(getpid()));
+  try {
+    fs::create_directories(partial);
+    writer.write(partial / "model.safetensors");
+    std::ofstream config_file(partial / "config.json");
+    config_file << boost::json::serialize(hf) << "\n";
+    if (!config_file.flush()) cannot("cannot write " + (partial / "config.json").string());
+    if (!tokenizer.empty()) {
+      fs::copy_file(tokenizer, partial / "tokenizer.json");
+      std::ofstream(partial / "tokenizer_config.json") << R"({"tokenizer_class": "PreTrainedTokenizerFast"})"
+                                                       << "\n";
+      result.tokenizer = true;
+    }
+    fs::rename(partial, out);
+  } catch (...) {
+    fs::remove_all(partial, ec);
+    throw;
   }
-  if (!fs::exists(out / "config.json", ec)) cannot("cannot write " + (out / "config.json").string());
   result.step = loaded.step;
   result.architecture = moe ? "MixtralForCausalLM" : "LlamaForCausalLM";
   result.tensors = static_cast<int64_t>(writer.tensor_count());
