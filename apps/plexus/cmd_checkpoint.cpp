@@ -144,16 +144,23 @@ int convert(const std::vector<std::string>& paths, const std::string& direction,
   return 0;
 }
 
-int export_model(const std::vector<std::string>& paths, const std::string& format) {
+// export and import: two directories and --format hf; false (having said why) otherwise.
+bool hf_arguments(const char* action, const char* what, const std::vector<std::string>& paths,
+                  const std::string& format) {
   if (paths.size() != 2) {
-    std::cerr << "plexus checkpoint: error: export takes SRC and OUT\n\n" << kHelp;
-    return 1;
+    std::cerr << "plexus checkpoint: error: " << action << " takes " << what << "\n\n" << kHelp;
+    return false;
   }
   if (format != "hf") {
     std::cerr << "plexus checkpoint: error: --format "
               << (format.empty() ? "is required" : "'" + format + "'") << ": expected hf\n";
-    return 1;
+    return false;
   }
+  return true;
+}
+
+int export_model(const std::vector<std::string>& paths, const std::string& format) {
+  if (!hf_arguments("export", "SRC and OUT", paths, format)) return 1;
   const fs::path source = resolve_checkpoint(paths[0]);
   const HfExportResult r = export_hf(source, paths[1]);
   std::cout << "exported " << source.string() << " (step " << r.step << ") to " << paths[1] << ": "
@@ -166,15 +173,7 @@ int export_model(const std::vector<std::string>& paths, const std::string& forma
 }
 
 int import_model(const std::vector<std::string>& paths, const std::string& format, int64_t seq_length) {
-  if (paths.size() != 2) {
-    std::cerr << "plexus checkpoint: error: import takes HF_DIR and OUT\n\n" << kHelp;
-    return 1;
-  }
-  if (format != "hf") {
-    std::cerr << "plexus checkpoint: error: --format "
-              << (format.empty() ? "is required" : "'" + format + "'") << ": expected hf\n";
-    return 1;
-  }
+  if (!hf_arguments("import", "HF_DIR and OUT", paths, format)) return 1;
   const HfImportResult r = import_hf(paths[0], paths[1], seq_length);
   std::cout << "imported " << paths[0] << " to " << paths[1] << ": " << r.tensors
             << " tensors of a GPT at step 0, Adam's moments zero\nresume it with: plexus-train";

@@ -12,6 +12,7 @@
 #include <span>
 #include <stdexcept>
 
+#include "hf_names.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "plexus/core/checkpoint/safetensors.hpp"
 #include "plexus/core/engine/model.hpp"
@@ -71,8 +72,8 @@ class Tensors {
   std::set<std::string> taken_;
 };
 
-// What of the model Llama cannot hold, refused before anything is read.
-void expect_llama(const boost::json::object& run_config) {
+// What of the model neither Llama nor Mixtral holds, refused before anything is read.
+void expect_representable(const boost::json::object& run_config) {
   const boost::json::object& model = run_config.at("model").as_object();
   const std::string norm = text_or(model, "normalization", "RMSNorm");
   if (norm != "RMSNorm")
@@ -88,10 +89,6 @@ void expect_llama(const boost::json::object& run_config) {
       mhc != nullptr && mhc->is_object() && mhc->as_object().contains("enabled") &&
       mhc->as_object().at("enabled").is_bool() && mhc->as_object().at("enabled").as_bool())
     cannot("mhc.enabled: hyper-connections have no transformers architecture");
-}
-
-std::vector<int64_t> shape_of(std::initializer_list<int64_t> dims) {
-  return dims;
 }
 
 // An MoE layer's options (model.moe.options, Megatron's names), as transformers' Mixtral routes:
@@ -131,6 +128,61 @@ MoeShape mixtral_moe(const boost::json::object& model, int64_t model_ffn) {
   return s;
 }
 
+// config.json of the LlamaForCausalLM (or MixtralForCausalLM) the model is.
+boost::json::object hf_config(const ModelSettings& m, const boost::json::object& model,
+                              const std::optional<MoeShape>& moe) {
+  boost::json::object hf{
+      {"architectures", boost::json::array{moe ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", moe ? "mixtral" : "llama"},
+      {"vocab_size", m.vocab_size},
+      {"hidden_size", m.hidden_size},
+      {"intermediate_size", moe ? moe->ffn : m.ffn_hidden_size},
+      {"num_hidden_layers", m.num_layers},
+      {"num_attention_heads", m.num_attention_heads},
+      {"num_key_value_heads", m.num_query_groups},
+      {"head_dim", m.hidden_size / m.num_attention_heads},
+      {"hidden_act", "silu"},
+      {"max_position_embeddings", m.seq_length},
+      {"rms_norm_eps", number_or(model, "layernorm_epsilon", 1e-5)},
+      {"rope_theta", number_or(model, "rotary_base", 10000)},
+      {"initializer_range", number_or(model, "init_method_std", 0.02)},
+      {"tie_word_embeddings", m.tied},
+      {"attention_bias", false},
+      {"mlp_bias", false},
+      {"torch_dtype", "float32"}};
+  if (moe) {
+    hf["num_local_experts"] = moe->experts;
+    hf["num_experts_per_tok"] = moe->topk;
+    hf["sliding_window"] = nullptr;
+  }
+  return hf;
+}
+
+// The model directory, written beside `out` and renamed to it when complete, so that a failure
+// (a full disk) leaves no half-written model where a loader would find it.
+void write_directory(const fs::path& out, const ck::SafetensorsWriter& weights,
+                     const boost::json::object& config, const fs::path& tokenizer) {
+  std::error_code ec;
+  const fs::path partial =
+      out.parent_path() / ("." + out.filename().string() + ".partial-" + std::to_string(getpid()));
+  try {
+    fs::create_directories(partial);
+    weights.write(partial / "model.safetensors");
+    std::ofstream config_file(partial / "config.json");
+    config_file << boost::json::serialize(config) << "\n";
+    if (!config_file.flush()) cannot("cannot write " + (partial / "config.json").string());
+    if (!tokenizer.empty()) {
+      fs::copy_file(tokenizer, partial / "tokenizer.json");
+      std::ofstream(partial / "tokenizer_config.json") << R"({"tokenizer_class": "PreTrainedTokenizerFast"})"
+                                                       << "\n";
+    }
+    fs::rename(partial, out);
+  } catch (...) {
+    fs::remove_all(partial, ec);
+    throw;
+  }
+}
+
 }  // namespace
 
 HfExportResult export_hf(const fs::path& checkpoint, const fs::path& out) {
@@ -141,7 +193,7 @@ HfExportResult export_hf(const fs::path& checkpoint, const fs::path& out) {
       loaded.state.is_object() ? loaded.state.as_object().if_contains("config") : nullptr;
   if (config == nullptr || !config->is_object() || !config->as_object().contains("model"))
     cannot((checkpoint / "state.json").string() + " has no run config (\"config.model\")");
-  expect_llama(config->as_object());
+  expect_representable(config->as_object());
   const ModelSettings m = ModelSettings::from_run_config(*config);
   const boost::json::object& model = config->as_object().at("model").as_object();
   const int64_t C = m.hidden_size, L = m.num_layers, nh = m.num_attention_heads, ng = m.num_query_groups;
@@ -164,24 +216,29 @@ HfExportResult export_hf(const fs::path& checkpoint, const fs::path& out) {
   // Every layer's MLP dense (Llama) or every one an MoE (Mixtral): transformers has no mix of them.
   int64_t moe_layers = 0;
   for (int64_t i = 0; i < L; ++i)
-    moe_layers += loaded.model.contains("decoder.layers." + std::to_string(i) + ".mlp.router.weight") ? 1 : 0;
+    moe_layers += loaded.model.contains(hf_names::Layer(i).router().plexus) ? 1 : 0;
   if (moe_layers != 0 && moe_layers != L)
     cannot(std::to_string(moe_layers) + " of the " + std::to_string(L) +
            " layers are MoE layers (model.moe.layer_freq): transformers' Llama has none, its Mixtral only "
            "those");
   std::optional<MoeShape> moe;
   if (moe_layers == L) moe = mixtral_moe(model, F);
-  const ck::TensorView embed =
-      tensors.take("embedding.word_embeddings.weight", shape_of({m.padded_vocab_size, C}));
-  add("model.embed_tokens.weight", {V, C}, rows(embed, 0, V, C));  // without the padded rows
+  namespace n = hf_names;
+  const ck::TensorView embed = tensors.take(n::kEmbedding.plexus, {m.padded_vocab_size, C});
+  add(n::kEmbedding.hf, {V, C}, rows(embed, 0, V, C));  // without the padded rows
+  // An MLP's [gate; up] and down projections as transformers' three.
+  const auto mlp = [&](const n::Layer::Mlp& names, int64_t width) {
+    const ck::TensorView fc1 = tensors.take(names.fc1, {2 * width, C}, names.te_fc1);
+    add(names.gate, {width, C}, rows(fc1, 0, width, C));
+    add(names.up, {width, C}, rows(fc1, width, width, C));
+    add(names.down, {C, width}, tensors.take(names.fc2, {C, width}, names.te_fc2).bytes);
+  };
   for (int64_t i = 0; i < L; ++i) {
-    const std::string at = "decoder.layers." + std::to_string(i) + ".";
-    const std::string to = "model.layers." + std::to_string(i) + ".";
-    add(to + "input_layernorm.weight", {C},
-        tensors.take(at + "input_layernorm.weight", {C}, at + "self_attention.linear_qkv.layer_norm_weight")
-            .bytes);
+    const n::Layer layer(i);
+    add(layer.input_norm().hf, {C},
+        tensors.take(layer.input_norm().plexus, {C}, layer.te_input_norm()).bytes);
     // Megatron's qkv rows, group by group: [the group's `per` query heads; its key; its value].
-    const ck::TensorView qkv = tensors.take(at + "self_attention.linear_qkv.weight", {(nh + 2 * ng) * hd, C});
+    const ck::TensorView qkv = tensors.take(layer.qkv(), {(nh + 2 * ng) * hd, C});
     std::vector<std::byte>&q = owned.emplace_back(), &k = owned.emplace_back(), &v = owned.emplace_back();
     for (int64_t g = 0; g < ng; ++g) {
       const int64_t base = g * (per + 2) * hd;
@@ -191,40 +248,22 @@ HfExportResult export_hf(const fs::path& checkpoint, const fs::path& out) {
       k.insert(k.end(), ks.begin(), ks.end());
       v.insert(v.end(), vs.begin(), vs.end());
     }
-    add(to + "self_attn.q_proj.weight", {nh * hd, C}, q);
-    add(to + "self_attn.k_proj.weight", {ng * hd, C}, k);
-    add(to + "self_attn.v_proj.weight", {ng * hd, C}, v);
-    add(to + "self_attn.o_proj.weight", {C, nh * hd},
-        tensors.take(at + "self_attention.linear_proj.weight", {C, nh * hd}).bytes);
-    add(to + "post_attention_layernorm.weight", {C},
-        tensors.take(at + "pre_mlp_layernorm.weight", {C}, at + "mlp.linear_fc1.layer_norm_weight").bytes);
+    add(layer.q(), {nh * hd, C}, q);
+    add(layer.k(), {ng * hd, C}, k);
+    add(layer.v(), {ng * hd, C}, v);
+    add(layer.attention_out().hf, {C, nh * hd},
+        tensors.take(layer.attention_out().plexus, {C, nh * hd}).bytes);
+    add(layer.mlp_norm().hf, {C}, tensors.take(layer.mlp_norm().plexus, {C}, layer.te_mlp_norm()).bytes);
     if (!moe) {
-      const ck::TensorView fc1 = tensors.take(at + "mlp.linear_fc1.weight", {2 * F, C});  // [gate; up]
-      add(to + "mlp.gate_proj.weight", {F, C}, rows(fc1, 0, F, C));
-      add(to + "mlp.up_proj.weight", {F, C}, rows(fc1, F, F, C));
-      add(to + "mlp.down_proj.weight", {C, F}, tensors.take(at + "mlp.linear_fc2.weight", {C, F}).bytes);
+      mlp(layer.dense(), F);
       continue;
     }
-    // Mixtral: the router, then per expert w1 (gate), w3 (up), w2 (down).
-    const int64_t E = moe->experts, Fe = moe->ffn;
-    add(to + "block_sparse_moe.gate.weight", {E, C}, tensors.take(at + "mlp.router.weight", {E, C}).bytes);
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string local = at + "mlp.experts.local_experts." + std::to_string(e) + ".";
-      const std::string grouped = at + "mlp.experts.linear_fc";
-      const std::string expert = to + "block_sparse_moe.experts." + std::to_string(e) + ".";
-      const ck::TensorView fc1 =
-          tensors.take(local + "linear_fc1.weight", {2 * Fe, C}, grouped + "1.weight" + std::to_string(e));
-      add(expert + "w1.weight", {Fe, C}, rows(fc1, 0, Fe, C));
-      add(expert + "w3.weight", {Fe, C}, rows(fc1, Fe, Fe, C));
-      add(expert + "w2.weight", {C, Fe},
-          tensors.take(local + "linear_fc2.weight", {C, Fe}, grouped + "2.weight" + std::to_string(e)).bytes);
-    }
+    add(layer.router().hf, {moe->experts, C}, tensors.take(layer.router().plexus, {moe->experts, C}).bytes);
+    for (int64_t e = 0; e < moe->experts; ++e) mlp(layer.expert(e), moe->ffn);
   }
-  add("model.norm.weight", {C}, tensors.take("decoder.final_layernorm.weight", {C}).bytes);
-  if (!m.tied) {
-    const ck::TensorView head = tensors.take("output_layer.weight", {m.padded_vocab_size, C});
-    add("lm_head.weight", {V, C}, rows(head, 0, V, C));
-  }
+  add(n::kFinalNorm.hf, {C}, tensors.take(n::kFinalNorm.plexus, {C}).bytes);
+  if (!m.tied)
+    add(n::kOutput.hf, {V, C}, rows(tensors.take(n::kOutput.plexus, {m.padded_vocab_size, C}), 0, V, C));
   HfExportResult result;
   std::vector<std::string> mtp;
   if (const std::vector<std::string> other = tensors.left(mtp); !other.empty())
@@ -234,31 +273,7 @@ HfExportResult export_hf(const fs::path& checkpoint, const fs::path& out) {
   if (!mtp.empty())
     result.dropped.push_back(std::to_string(mtp.size()) + " tensors of the multi-token-prediction depths");
 
-  boost::json::object hf{
-      {"architectures", boost::json::array{moe ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
-      {"model_type", moe ? "mixtral" : "llama"},
-      {"vocab_size", V},
-      {"hidden_size", C},
-      {"intermediate_size", F},
-      {"num_hidden_layers", L},
-      {"num_attention_heads", nh},
-      {"num_key_value_heads", ng},
-      {"head_dim", hd},
-      {"hidden_act", "silu"},
-      {"max_position_embeddings", m.seq_length},
-      {"rms_norm_eps", number_or(model, "layernorm_epsilon", 1e-5)},
-      {"rope_theta", number_or(model, "rotary_base", 10000)},
-      {"initializer_range", number_or(model, "init_method_std", 0.02)},
-      {"tie_word_embeddings", m.tied},
-      {"attention_bias", false},
-      {"mlp_bias", false},
-      {"torch_dtype", "float32"}};
-  if (moe) {
-    hf["intermediate_size"] = moe->ffn;
-    hf["num_local_experts"] = moe->experts;
-    hf["num_experts_per_tok"] = moe->topk;
-    hf["sliding_window"] = nullptr;
-  }
+  const boost::json::object hf = hf_config(m, model, moe);
   fs::path tokenizer;
   if (const boost::json::value* data = config->as_object().if_contains("data");
       data != nullptr && data->is_object())
@@ -266,27 +281,8 @@ HfExportResult export_hf(const fs::path& checkpoint, const fs::path& out) {
   if (!tokenizer.empty() && !fs::is_regular_file(tokenizer, ec))
     cannot("the run's data.tokenizer " + tokenizer.string() + " is not there to copy");
 
-  // Everything is known: written into a directory beside OUT, renamed to OUT when complete, so a
-  // failure (a full disk) leaves no half-written model where a loader would find it.
-  const fs::path partial =
-      out.parent_path() / ("." + out.filename().string() + ".partial-" + std::to_string(getpid()));
-  try {
-    fs::create_directories(partial);
-    writer.write(partial / "model.safetensors");
-    std::ofstream config_file(partial / "config.json");
-    config_file << boost::json::serialize(hf) << "\n";
-    if (!config_file.flush()) cannot("cannot write " + (partial / "config.json").string());
-    if (!tokenizer.empty()) {
-      fs::copy_file(tokenizer, partial / "tokenizer.json");
-      std::ofstream(partial / "tokenizer_config.json") << R"({"tokenizer_class": "PreTrainedTokenizerFast"})"
-                                                       << "\n";
-      result.tokenizer = true;
-    }
-    fs::rename(partial, out);
-  } catch (...) {
-    fs::remove_all(partial, ec);
-    throw;
-  }
+  write_directory(out, writer, hf, tokenizer);
+  result.tokenizer = !tokenizer.empty();
   result.step = loaded.step;
   result.architecture = moe ? "MixtralForCausalLM" : "LlamaForCausalLM";
   result.tensors = static_cast<int64_t>(writer.tensor_count());

@@ -1,19 +1,9 @@
 // plexus checkpoint export --format hf: a Plexus checkpoint as a Hugging Face transformers model
 // directory (config.json, model.safetensors, and the dataset's tokenizer.json when the run had
 // one). The GPT with RMSNorm, SwiGLU, rotary embeddings and grouped query attention is
-// transformers' LlamaForCausalLM, tensor for tensor:
-//
-//   embedding.word_embeddings.weight             model.embed_tokens.weight (the vocabulary's rows,
-//                                                without Megatron's padding)
-//   decoder.layers.i.input_layernorm.weight      model.layers.i.input_layernorm.weight
-//   ...self_attention.linear_qkv.weight          q_proj, k_proj, v_proj: Megatron's rows, query
-//                                                group by group ([q heads of g; k_g; v_g]), regrouped
-//   ...self_attention.linear_proj.weight         model.layers.i.self_attn.o_proj.weight
-//   decoder.layers.i.pre_mlp_layernorm.weight    model.layers.i.post_attention_layernorm.weight
-//   ...mlp.linear_fc1.weight [gate; up]          mlp.gate_proj.weight, mlp.up_proj.weight
-//   ...mlp.linear_fc2.weight                     mlp.down_proj.weight
-//   decoder.final_layernorm.weight               model.norm.weight
-//   output_layer.weight (untied)                 lm_head.weight (tied: tie_word_embeddings)
+// transformers' LlamaForCausalLM, tensor for tensor as hf_names.hpp lists them: Megatron's fused
+// qkv rows (query group by query group) regrouped into q, k and v, linear_fc1's [gate; up] split,
+// the vocabulary's padded rows left out, a tied output layer written as tie_word_embeddings.
 //
 // A GPT whose every MLP is an MoE layer routed as Mixtral routes (softmax, the top k renormalized,
 // dropless, no shared expert) is transformers' MixtralForCausalLM: the router is

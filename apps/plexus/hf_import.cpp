@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "hf_names.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "plexus/core/checkpoint/safetensors.hpp"
 #include "plexus/core/run_config.hpp"
@@ -141,19 +142,21 @@ bool flag_of(const boost::json::object& c, const char* key, bool otherwise) {
   return v != nullptr && v->is_bool() ? v->as_bool() : otherwise;
 }
 
-}  // namespace
+// What config.json says of the model, checked against what Plexus's GPT is.
+struct HfModel {
+  bool moe = false;  // Mixtral: every MLP an MoE layer
+  int64_t V = 0, C = 0, F = 0, L = 0, nh = 0, ng = 0, experts = 0, topk = 0;
+  bool tied = false;
+  std::vector<std::string> settings;  // the run's model keys: "model.hidden_size=1024", ...
+};
 
-HfImportResult import_hf(const fs::path& hf_dir, const fs::path& out, int64_t seq_length) {
-  std::error_code ec;
-  if (fs::exists(out, ec)) cannot(out.string() + " exists (the import writes a new checkpoint directory)");
-  const boost::json::object c = read_object(hf_dir / "config.json");
+HfModel read_model(const boost::json::object& c, int64_t seq_length) {
   const std::string type = c.contains("model_type") && c.at("model_type").is_string()
                                ? std::string(c.at("model_type").as_string())
                                : "";
   if (type != "llama" && type != "mixtral")
     cannot("config.json's model_type is \"" + type +
            "\": transformers' Llama and Mixtral import (a GPT with RMSNorm, SwiGLU and RoPE, and its MoE)");
-  const bool moe = type == "mixtral";
   if (c.contains("sliding_window") && !c.at("sliding_window").is_null())
     cannot("config.json has a sliding_window: Plexus's attention is full causal attention");
   const std::string act = c.contains("hidden_act") && c.at("hidden_act").is_string()
@@ -164,41 +167,57 @@ HfImportResult import_hf(const fs::path& hf_dir, const fs::path& out, int64_t se
     cannot("config.json has rope_scaling: Plexus's rotary embeddings are unscaled");
   if (flag_of(c, "attention_bias", false) || flag_of(c, "mlp_bias", false))
     cannot("config.json has attention_bias or mlp_bias: Plexus's linear layers have no biases");
-  const int64_t V = int_of(c, "vocab_size"), C = int_of(c, "hidden_size"), F = int_of(c, "intermediate_size");
-  const int64_t L = int_of(c, "num_hidden_layers"), nh = int_of(c, "num_attention_heads");
-  const int64_t ng = int_of(c, "num_key_value_heads", nh);
-  if (C % nh != 0 || nh % ng != 0) cannot("config.json: heads that do not divide hidden_size or each other");
-  const int64_t hd = C / nh, per = nh / ng;
-  if (int_of(c, "head_dim", hd) != hd)
+  HfModel m;
+  m.moe = type == "mixtral";
+  m.V = int_of(c, "vocab_size");
+  m.C = int_of(c, "hidden_size");
+  m.F = int_of(c, "intermediate_size");
+  m.L = int_of(c, "num_hidden_layers");
+  m.nh = int_of(c, "num_attention_heads");
+  m.ng = int_of(c, "num_key_value_heads", m.nh);
+  if (m.C % m.nh != 0 || m.nh % m.ng != 0)
+    cannot("config.json: heads that do not divide hidden_size or each other");
+  if (int_of(c, "head_dim", m.C / m.nh) != m.C / m.nh)
     cannot("config.json's head_dim is not hidden_size / num_attention_heads");
-  const bool tied = flag_of(c, "tie_word_embeddings", false);  // LlamaConfig's default
+  m.tied = flag_of(c, "tie_word_embeddings", false);  // LlamaConfig's default
   const int64_t seq = seq_length > 0 ? seq_length : int_of(c, "max_position_embeddings");
   const auto number = [](double v) { return boost::json::serialize(boost::json::value(v)); };
-
-  HfImportResult result;
-  result.model_settings = {
-      "model.vocab_size=" + std::to_string(V),
-      "model.hidden_size=" + std::to_string(C),
-      "model.num_layers=" + std::to_string(L),
-      "model.num_attention_heads=" + std::to_string(nh),
-      "model.num_query_groups=" + std::to_string(ng),
-      "model.ffn_hidden_size=" + std::to_string(F),
-      "model.seq_length=" + std::to_string(seq),
-      "model.activation=\"swiglu\"",
-      "model.normalization=\"RMSNorm\"",
-      "model.layernorm_epsilon=" + number(number_of(c, "rms_norm_eps", 1e-6)),
-      "model.rotary_base=" + number(number_of(c, "rope_theta", 10000)),
-      "model.init_method_std=" + number(number_of(c, "initializer_range", 0.02)),
-      std::string("model.untie_embeddings_and_output_weights=") + (tied ? "false" : "true")};
-  const int64_t E = moe ? int_of(c, "num_local_experts") : 0,
-                topk = moe ? int_of(c, "num_experts_per_tok") : 0;
-  if (moe) {  // every layer's MLP an MoE layer, routed as Mixtral routes (Megatron's defaults)
-    result.model_settings.push_back("model.moe.layer_freq=1");
-    result.model_settings.push_back(R"(model.moe.options={"num_moe_experts": )" + std::to_string(E) +
-                                    R"(, "moe_router_topk": )" + std::to_string(topk) +
-                                    R"(, "moe_ffn_hidden_size": )" + std::to_string(F) + "}");
+  m.settings = {"model.vocab_size=" + std::to_string(m.V),
+                "model.hidden_size=" + std::to_string(m.C),
+                "model.num_layers=" + std::to_string(m.L),
+                "model.num_attention_heads=" + std::to_string(m.nh),
+                "model.num_query_groups=" + std::to_string(m.ng),
+                "model.ffn_hidden_size=" + std::to_string(m.F),
+                "model.seq_length=" + std::to_string(seq),
+                "model.activation=\"swiglu\"",
+                "model.normalization=\"RMSNorm\"",
+                "model.layernorm_epsilon=" + number(number_of(c, "rms_norm_eps", 1e-6)),
+                "model.rotary_base=" + number(number_of(c, "rope_theta", 10000)),
+                "model.init_method_std=" + number(number_of(c, "initializer_range", 0.02)),
+                std::string("model.untie_embeddings_and_output_weights=") + (m.tied ? "false" : "true")};
+  if (m.moe) {  // every layer's MLP an MoE layer, routed as Mixtral routes (Megatron's defaults)
+    m.experts = int_of(c, "num_local_experts");
+    m.topk = int_of(c, "num_experts_per_tok");
+    m.settings.push_back("model.moe.layer_freq=1");
+    m.settings.push_back(R"(model.moe.options={"num_moe_experts": )" + std::to_string(m.experts) +
+                         R"(, "moe_router_topk": )" + std::to_string(m.topk) +
+                         R"(, "moe_ffn_hidden_size": )" + std::to_string(m.F) + "}");
   }
-  const boost::json::value run_config = load_run_config(std::nullopt, result.model_settings);
+  return m;
+}
+
+}  // namespace
+
+HfImportResult import_hf(const fs::path& hf_dir, const fs::path& out, int64_t seq_length) {
+  std::error_code ec;
+  if (fs::exists(out, ec)) cannot(out.string() + " exists (the import writes a new checkpoint directory)");
+  const HfModel cfg = read_model(read_object(hf_dir / "config.json"), seq_length);
+  const boost::json::value run_config = load_run_config(std::nullopt, cfg.settings);
+  const int64_t V = cfg.V, C = cfg.C, F = cfg.F, L = cfg.L, nh = cfg.nh, ng = cfg.ng, E = cfg.experts;
+  const int64_t hd = C / nh, per = nh / ng;
+  const bool moe = cfg.moe, tied = cfg.tied;
+  HfImportResult result;
+  result.model_settings = cfg.settings;
 
   HfTensors hf(hf_dir);
   std::deque<std::vector<float>> owned;
@@ -207,54 +226,47 @@ HfImportResult import_hf(const fs::path& hf_dir, const fs::path& out, int64_t se
     const std::vector<float>& kept = owned.emplace_back(std::move(values));
     model.push_back({name, ck::DType::f32, std::move(shape), std::as_bytes(std::span<const float>(kept))});
   };
-  add("embedding.word_embeddings.weight", {V, C}, hf.take("model.embed_tokens.weight", {V, C}));
+  namespace n = hf_names;
+  add(n::kEmbedding.plexus, {V, C}, hf.take(n::kEmbedding.hf, {V, C}));
+  // transformers' gate, up and down as Plexus's [gate; up] and down.
+  const auto mlp = [&](const n::Layer::Mlp& names) {
+    std::vector<float> fc1 = hf.take(names.gate, {F, C});
+    const std::vector<float> up = hf.take(names.up, {F, C});
+    fc1.insert(fc1.end(), up.begin(), up.end());
+    add(names.fc1, {2 * F, C}, std::move(fc1));
+    add(names.fc2, {C, F}, hf.take(names.down, {C, F}));
+  };
   for (int64_t i = 0; i < L; ++i) {
-    const std::string from = "model.layers." + std::to_string(i) + ".";
-    const std::string to = "decoder.layers." + std::to_string(i) + ".";
-    add(to + "input_layernorm.weight", {C}, hf.take(from + "input_layernorm.weight", {C}));
-    const std::vector<float> q = hf.take(from + "self_attn.q_proj.weight", {nh * hd, C});
-    const std::vector<float> k = hf.take(from + "self_attn.k_proj.weight", {ng * hd, C});
-    const std::vector<float> v = hf.take(from + "self_attn.v_proj.weight", {ng * hd, C});
+    const n::Layer layer(i);
+    add(layer.input_norm().plexus, {C}, hf.take(layer.input_norm().hf, {C}));
+    const std::vector<float> q = hf.take(layer.q(), {nh * hd, C});
+    const std::vector<float> k = hf.take(layer.k(), {ng * hd, C});
+    const std::vector<float> v = hf.take(layer.v(), {ng * hd, C});
     // Megatron's fused rows, group by group: [the group's query heads; its key; its value].
     std::vector<float> qkv;
-    const auto rows = [&](const std::vector<float>& m, int64_t first, int64_t count) {
-      qkv.insert(qkv.end(), m.begin() + first * C, m.begin() + (first + count) * C);
+    const auto rows = [&](const std::vector<float>& from, int64_t first, int64_t count) {
+      qkv.insert(qkv.end(), from.begin() + first * C, from.begin() + (first + count) * C);
     };
     for (int64_t g = 0; g < ng; ++g) {
       rows(q, g * per * hd, per * hd);
       rows(k, g * hd, hd);
       rows(v, g * hd, hd);
     }
-    add(to + "self_attention.linear_qkv.weight", {(nh + 2 * ng) * hd, C}, std::move(qkv));
-    add(to + "self_attention.linear_proj.weight", {C, nh * hd},
-        hf.take(from + "self_attn.o_proj.weight", {C, nh * hd}));
-    add(to + "pre_mlp_layernorm.weight", {C}, hf.take(from + "post_attention_layernorm.weight", {C}));
-    // [gate; up] and down of the dense MLP, or of each of Mixtral's experts (w1, w3, w2).
-    const auto mlp = [&](const std::string& into, const std::string& gate, const std::string& up_name,
-                         const std::string& down) {
-      std::vector<float> fc1 = hf.take(gate, {F, C});
-      const std::vector<float> up = hf.take(up_name, {F, C});
-      fc1.insert(fc1.end(), up.begin(), up.end());
-      add(into + "linear_fc1.weight", {2 * F, C}, std::move(fc1));
-      add(into + "linear_fc2.weight", {C, F}, hf.take(down, {C, F}));
-    };
+    add(layer.qkv(), {(nh + 2 * ng) * hd, C}, std::move(qkv));
+    add(layer.attention_out().plexus, {C, nh * hd}, hf.take(layer.attention_out().hf, {C, nh * hd}));
+    add(layer.mlp_norm().plexus, {C}, hf.take(layer.mlp_norm().hf, {C}));
     if (!moe) {
-      mlp(to + "mlp.", from + "mlp.gate_proj.weight", from + "mlp.up_proj.weight",
-          from + "mlp.down_proj.weight");
+      mlp(layer.dense());
       continue;
     }
-    add(to + "mlp.router.weight", {E, C}, hf.take(from + "block_sparse_moe.gate.weight", {E, C}));
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string expert = from + "block_sparse_moe.experts." + std::to_string(e) + ".";
-      mlp(to + "mlp.experts.local_experts." + std::to_string(e) + ".", expert + "w1.weight",
-          expert + "w3.weight", expert + "w2.weight");
-    }
+    add(layer.router().plexus, {E, C}, hf.take(layer.router().hf, {E, C}));
+    for (int64_t e = 0; e < E; ++e) mlp(layer.expert(e));
   }
-  add("decoder.final_layernorm.weight", {C}, hf.take("model.norm.weight", {C}));
+  add(n::kFinalNorm.plexus, {C}, hf.take(n::kFinalNorm.hf, {C}));
   if (!tied)
-    add("output_layer.weight", {V, C}, hf.take("lm_head.weight", {V, C}));
-  else if (hf.contains("lm_head.weight"))
-    static_cast<void>(hf.take("lm_head.weight", {V, C}));  // the embedding's copy
+    add(n::kOutput.plexus, {V, C}, hf.take(n::kOutput.hf, {V, C}));
+  else if (hf.contains(n::kOutput.hf))
+    static_cast<void>(hf.take(n::kOutput.hf, {V, C}));  // the embedding's copy
   if (const std::vector<std::string> other = hf.left(); !other.empty())
     cannot("tensor " + other.front() + " (and " + std::to_string(other.size() - 1) +
            " more) has no place in Plexus's GPT");

@@ -27,6 +27,7 @@
 #include "run_process.hpp"
 #include "skip_module.hpp"
 #include "train_corpus.hpp"
+#include "venv_python.hpp"
 
 using plexus::test::quote;
 using plexus::test::run_process;
@@ -39,15 +40,11 @@ namespace {
 const std::string kPlexus = std::string(PLEXUS_BUILD_DIR) + "/bin/plexus";
 
 fs::path hf_python() {
-  const char* set = std::getenv("PLEXUS_HF_VENV");
-  return (set != nullptr && *set != '\0' ? fs::path(set) : fs::path(PLEXUS_SOURCE_DIR) / ".venv-hf") / "bin" /
-         "python";
+  return plexus::test::venv_python("PLEXUS_HF_VENV", ".venv-hf");
 }
 
 bool has_transformers() {
-  return fs::exists(hf_python()) &&
-         run_process(quote(hf_python().string()) + " -c 'from transformers import LlamaForCausalLM'")
-                 .status == 0;
+  return plexus::test::python_runs(hf_python(), "from transformers import LlamaForCausalLM");
 }
 
 // A Llama-shaped GPT: SwiGLU, RMSNorm (the default), 4 query heads in 2 groups of head dim 8.

@@ -17,6 +17,7 @@
 #include "run_process.hpp"
 #include "skip_module.hpp"
 #include "train_corpus.hpp"
+#include "venv_python.hpp"
 
 using plexus::test::quote;
 using plexus::test::run_process;
@@ -26,16 +27,12 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path venv_python() {
-  const char* set = std::getenv("PLEXUS_VENV");
-  return (set != nullptr && *set != '\0' ? fs::path(set) : fs::path(PLEXUS_SOURCE_DIR) / ".venv") / "bin" /
-         "python";
+  return plexus::test::venv_python("PLEXUS_VENV", ".venv");
 }
 
 bool has_reader() {
-  return fs::exists(venv_python()) &&
-         run_process(quote(venv_python().string()) +
-                     " -c 'from tensorboard.backend.event_processing import event_accumulator'")
-                 .status == 0;
+  return plexus::test::python_runs(venv_python(),
+                                   "from tensorboard.backend.event_processing import event_accumulator");
 }
 
 std::vector<boost::json::object> records(const fs::path& file, const std::string& event) {

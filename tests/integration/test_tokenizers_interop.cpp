@@ -26,6 +26,7 @@
 #include "run_process.hpp"
 #include "skip_module.hpp"
 #include "temp_dir.hpp"
+#include "venv_python.hpp"
 
 using plexus::test::quote;
 using plexus::test::run_process;
@@ -36,17 +37,12 @@ namespace {
 const std::string kPlexus = std::string(PLEXUS_BUILD_DIR) + "/bin/plexus";
 const std::string kScript = std::string(PLEXUS_SOURCE_DIR) + "/tests/reference/tokenizers_interop.py";
 
-fs::path venv() {
-  const char* set = std::getenv("PLEXUS_VENV");
-  return set != nullptr && *set != '\0' ? fs::path(set) : fs::path(PLEXUS_SOURCE_DIR) / ".venv";
-}
-
 std::string python() {
-  return (venv() / "bin" / "python").string();
+  return plexus::test::venv_python("PLEXUS_VENV", ".venv").string();
 }
 
 bool has_tokenizers() {
-  return fs::exists(python()) && run_process(quote(python()) + " -c 'import tokenizers'").status == 0;
+  return plexus::test::python_runs(python(), "import tokenizers");
 }
 
 // One working directory with the corpus and the texts, made once.

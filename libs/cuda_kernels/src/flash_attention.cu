@@ -455,10 +455,6 @@ void allow_shared(Kernel kernel, std::size_t bytes, const char* name) {
       name);
 }
 
-unsigned blocks_of(int64_t n, const char* name) {
-  return row_blocks(n, name);
-}
-
 }  // namespace
 
 bool flash_attention_supported(const Handle& handle, const AttentionLayout& l) {
@@ -486,7 +482,7 @@ void flash_attention_forward(Handle& handle, const AttentionLayout& l, const bfl
   expect_served(handle, l, kName, {qkv, out});
   if (l.batch == 0 || l.seq == 0) return;
   const Geometry geo = geometry(l);
-  const unsigned blocks = blocks_of((l.seq + kTile - 1) / kTile * l.batch * l.heads, kName);
+  const unsigned blocks = row_blocks((l.seq + kTile - 1) / kTile * l.batch * l.heads, kName);
   cudaStream_t stream = handle.stream();
   if (l.head_dim == 64) {
     allow_shared(flash_forward_kernel<64>, forward_shared_bytes(64), kName);
@@ -521,7 +517,7 @@ void flash_attention_backward(Handle& handle, const AttentionLayout& l, const bf
   flash_row_dots_kernel<<<elementwise_blocks(static_cast<int64_t>(rows) * 32), kElementwiseThreads, 0,
                           stream>>>(geo, dev(out), dev(dout), dot);
   check_launch(kName);
-  const unsigned blocks = blocks_of((l.seq + kTile - 1) / kTile * l.batch * l.groups, kName);
+  const unsigned blocks = row_blocks((l.seq + kTile - 1) / kTile * l.batch * l.groups, kName);
   if (l.head_dim == 64) {
     allow_shared(flash_backward_kernel<64>, backward_shared_bytes(64), kName);
     flash_backward_kernel<64><<<blocks, kThreads, backward_shared_bytes(64), stream>>>(

@@ -218,31 +218,27 @@ void router_backward(const MoeConfig& c, const RouterSaved& s, const T* dprobs, 
     const int32_t* pick = s.chosen.data() + t * kk;
     // With moe_router_topk_scaling_factor f the kept probabilities are f p and dprobs is the
     // gradient of f p: the formulas below take p and its gradient f dprobs.
-    std::vector<T> p_unscaled(sz(kk)), dp_unscaled(sz(kk));
-    for (int64_t j = 0; j < kk; ++j) {
-      p_unscaled[sz(j)] = probs[t * kk + j] / static_cast<T>(c.topk_scaling_factor);
-      dp_unscaled[sz(j)] = dprobs[t * kk + j] * static_cast<T>(c.topk_scaling_factor);
-    }
-    const T* p = p_unscaled.data();
-    const T* dp = dp_unscaled.data();
+    const T f = static_cast<T>(c.topk_scaling_factor);
+    const auto p = [&](int64_t j) { return probs[t * kk + j] / f; };
+    const auto dp = [&](int64_t j) { return dprobs[t * kk + j] * f; };
     T* dz = dlogits + t * e_count;
     for (int64_t i = 0; i < e_count; ++i) dz[i] = 0;
     T pdp = 0;  // sum_j p_j dp_j
-    for (int64_t j = 0; j < kk; ++j) pdp += p[j] * dp[j];
+    for (int64_t j = 0; j < kk; ++j) pdp += p(j) * dp(j);
     if (c.score == ScoreFunction::softmax && !c.pre_softmax) {
       // p = softmax(z_S): dz_j = p_j (dp_j - sum p dp).
-      for (int64_t j = 0; j < kk; ++j) dz[pick[j]] += p[j] * (dp[j] - pdp);
+      for (int64_t j = 0; j < kk; ++j) dz[pick[j]] += p(j) * (dp(j) - pdp);
     } else if (c.score == ScoreFunction::softmax) {
       // p_j = s_{S_j}, s = softmax(z): dz = s (g - sum s g), g = dp scattered to S.
       for (int64_t i = 0; i < e_count; ++i) dz[i] -= sc[i] * pdp;
-      for (int64_t j = 0; j < kk; ++j) dz[pick[j]] += p[j] * dp[j];
+      for (int64_t j = 0; j < kk; ++j) dz[pick[j]] += p(j) * dp(j);
     } else {
       // sigmoid: p_j = sig_j / (sum_S sig + eps) for k > 1, else sig_j.
       T sel = 0;
       for (int64_t j = 0; j < kk; ++j) sel += sigmoid(z[pick[j]]);
       for (int64_t j = 0; j < kk; ++j) {
         const T sg = sigmoid(z[pick[j]]);
-        const T dsg = kk > 1 ? (dp[j] - pdp) / (sel + T(kSigmoidSumEps)) : dp[j];
+        const T dsg = kk > 1 ? (dp(j) - pdp) / (sel + T(kSigmoidSumEps)) : dp(j);
         dz[pick[j]] += dsg * sg * (T(1) - sg);
       }
     }
