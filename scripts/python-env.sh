@@ -31,19 +31,22 @@ PY
 
 # The Hugging Face export test's (tests/integration/test_hf_export.cpp) second venv, <repo>/.venv-hf
 # (PLEXUS_HF_VENV): transformers on Debian's python3-torch (1.13, seen through the system site
-# packages; transformers 4.38 is the newest that runs on it), with the packages it imports, pinned.
+# packages; transformers 4.38 is the newest that runs on it), with the packages it imports, pinned;
+# and megatron-core, whose dataset code test_megatron_data runs (its wheel alone, 17 MB: the
+# dataset modules run on Debian's torch when entered without megatron.core's package __init__).
 hf_venv="${PLEXUS_HF_VENV:-$root/.venv-hf}"
 hf_packages=(transformers==4.38.2 huggingface_hub==0.21.4 tokenizers==0.15.2 safetensors==0.4.2
   regex==2023.12.25 tqdm==4.66.2 filelock==3.13.1 packaging==23.2 pyyaml==6.0.1 requests==2.31.0
   urllib3==2.2.1 idna==3.6 charset-normalizer==3.3.2 certifi==2024.2.2 fsspec==2024.2.0
-  typing_extensions==4.10.0)
+  typing_extensions==4.10.0 megatron-core==0.16.1)
 
 hf_ready() {
   "$hf_venv/bin/python" - <<'PY' 2>/dev/null
 import sys
 import torch, transformers
 from transformers import LlamaForCausalLM
-sys.exit(0 if transformers.__version__ == "4.38.2" else 1)
+from importlib.metadata import version
+sys.exit(0 if transformers.__version__ == "4.38.2" and version("megatron-core") == "0.16.1" else 1)
 PY
 }
 
@@ -68,7 +71,7 @@ else
 fi
 
 if [ -x "$hf_venv/bin/python" ] && hf_ready; then
-  echo "python-env: $hf_venv is ready (transformers 4.38.2 on the system's torch)"
+  echo "python-env: $hf_venv is ready (transformers 4.38.2 and megatron-core 0.16.1 on the system's torch)"
   exit 0
 fi
 if ! "$python" -c 'import torch' 2>/dev/null; then

@@ -143,7 +143,8 @@ int main(int argc, char** argv) {
         run_config.at("run").as_object()["device"] = "cuda:" + std::to_string(launch.local_rank);
 
       trainer = std::make_unique<plexus::Trainer>(
-          host, run_config, plexus::make_indexed_data_source(run_config), runtime.get());
+          host, run_config, plexus::make_indexed_data_source(run_config, runtime->data_parallel().size()),
+          runtime.get());
       if (resume_dir) trainer->resume_from(*resume_dir);
       // From here on a stop signal is a request to checkpoint and stop; before, nothing has been
       // trained, so it ends the process at once (the default action). Rank 0 acknowledges it.
@@ -165,7 +166,8 @@ int main(int argc, char** argv) {
         std::cerr << "plexus-train: " << plexus::signal_name(late)
                   << " received as the run was finishing: it completed instead of stopping\n";
       if (runtime->rank() == 0) {
-        std::cerr << "plexus-train: done: " << result.steps_done << " steps";
+        std::cerr << "plexus-train: " << (result.exited_at ? "exited (train.exit_interval)" : "done") << ": "
+                  << result.steps_done << " steps";
         if (result.final_val_loss) std::cerr << ", val_loss " << *result.final_val_loss;
         if (!result.last_checkpoint.empty()) std::cerr << ", checkpoint " << result.last_checkpoint.string();
         std::cerr << "\n";

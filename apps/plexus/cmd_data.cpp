@@ -41,6 +41,7 @@
 #include "plexus/core/data/indexed_dataset.hpp"
 #include "plexus/core/data/tokenizer.hpp"
 #include "plexus/core/data/tokenizer_fingerprint.hpp"
+#include "plexus/data_samples.hpp"
 #include "plexus/text_corpus.hpp"
 
 namespace plexus::cli {
@@ -48,8 +49,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kHelp = R"(usage: plexus data prepare --input FILE_OR_DIR... --output-prefix PREFIX [options]
+constexpr const char* kHelp =
+    R"(usage: plexus data prepare --input FILE_OR_DIR... --output-prefix PREFIX [options]
        plexus data inspect PREFIX [--json] [--chars N] [--first-tokens N] [--tokenizer FILE]
+       plexus data samples [--config FILE] [--set KEY=VALUE]... [--split train|valid] [--first N] [--json]
 
 prepare: tokenizes UTF-8 text files into PREFIX.bin and PREFIX.idx, Megatron-LM's indexed
          dataset format, readable by Megatron as by Plexus. The tokenizer is the byte
@@ -69,6 +72,8 @@ prepare: tokenizes UTF-8 text files into PREFIX.bin and PREFIX.idx, Megatron-LM'
 inspect: prints a dataset's dtype, sequence, document and token counts and the start of its
          text, decoded with PREFIX.tokenizer.json or --tokenizer when the ids are not bytes
          (else the ids). Reads any Megatron indexed dataset with an integer dtype.
+samples: the samples a run config's data section serves (data.path's blend, data.split), built
+         as plexus-train builds them, and the first of them (`plexus data samples --help`).
 )";
 
 fs::path tokenizer_sidecar(const fs::path& prefix) {
@@ -395,11 +400,12 @@ int data_command(const std::vector<std::string>& args) {
       std::cout << kHelp;
       return 0;
     }
-    if (args.empty() || (args[0] != "prepare" && args[0] != "inspect")) {
-      std::cerr << "plexus data: error: expected 'prepare' or 'inspect'\n\n" << kHelp;
+    if (args.empty() || (args[0] != "prepare" && args[0] != "inspect" && args[0] != "samples")) {
+      std::cerr << "plexus data: error: expected 'prepare', 'inspect' or 'samples'\n\n" << kHelp;
       return 1;
     }
     const std::vector<std::string> rest(args.begin() + 1, args.end());
+    if (args[0] == "samples") return data_samples(rest);
     return args[0] == "prepare" ? prepare(rest) : inspect(rest);
   });
 }

@@ -119,9 +119,9 @@ struct SignalledRun {
 BOOST_AUTO_TEST_CASE(sigterm_writes_a_checkpoint_exits_75_and_the_run_resumes_exactly) {
   SignalledRun run;
   const int64_t stopped = run.stop_with(SIGTERM, "SIGTERM");
-  // Resume to a few steps past the stop, and compare with a run that was never stopped.
-  const std::string until =
-      " --set train.steps=" + std::to_string(stopped + 3) + " --set optimizer.lr_decay_style=constant";
+  // Resume to a few steps past the stop, and compare with a run that was never stopped: the same
+  // schedule (train.steps sizes the data index), ended by train.exit_interval.
+  const std::string until = kEndless + " --set train.exit_interval=" + std::to_string(stopped + 3);
   const auto resumed = run_process(run.corpus.train(run.out.string(), until + " --resume latest"));
   BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
   const auto straight_dir = run.corpus.dir.path() / "straight";

@@ -131,9 +131,9 @@ BOOST_AUTO_TEST_CASE(sigterm_to_mpirun_stops_every_rank_after_one_step_and_the_j
   BOOST_TEST(seconds >= kGraceSeconds * 0.9);  // the ranks were signalled after the grace period
   BOOST_TEST(status != 0);  // mpirun's own status when it was signalled (1), not the ranks' 75
 
-  // Resumed on two ranks to a few steps past the stop, against a job that was never stopped.
-  const std::string until = " --set train.steps=" + std::to_string(step + 3) +
-                            " --set optimizer.lr_decay_style=constant --set distributed.timeout_s=60";
+  // Resumed on two ranks to a few steps past the stop, against a job that was never stopped: the
+  // same schedule (train.steps sizes the data index), ended by train.exit_interval.
+  const std::string until = kEndless + " --set train.exit_interval=" + std::to_string(step + 3);
   const auto resumed =
       run_process(mpirun_command(2, 120) + run.corpus.train(run.out.string(), until + " --resume latest"));
   BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);

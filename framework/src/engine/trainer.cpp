@@ -84,6 +84,7 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   t.eval_interval = get_int(rc, "train", "eval_interval");
   t.eval_iters = get_int(rc, "train", "eval_iters");
   t.log_interval = get_int(rc, "train", "log_interval");
+  t.exit_interval = get_int(rc, "train", "exit_interval");
   t.tensorboard_dir = std::string(rc.at("train").at("tensorboard_dir").as_string());
   t.peak_tflops = rc.at("train").at("peak_tflops").to_number<double>();
   t.checkpoint_interval = get_int(rc, "checkpoint", "interval");
@@ -302,9 +303,13 @@ TrainResult Trainer::run(const TrainerEvents& events) {
     }
     // An evaluation or a checkpoint takes a while: a signal may have arrived meanwhile.
     if ((evaluate || save) && stopped_after(done)) break;
+    if (t.exit_interval > 0 && done % t.exit_interval == 0) {
+      t.exit_run(done, saved_step, progress, result, events);
+      break;
+    }
   }
   t.report_end(progress, result);
-  if (!result.interrupted && t.start_step < t.steps) {
+  if (!result.interrupted && !result.exited_at && t.start_step < t.steps) {
     t.report_eval(t.steps, progress, result, events);
     result.last_checkpoint = t.save_checkpoint(t.steps);
     if (t.writer) progress.line("checkpoint: " + result.last_checkpoint.string());

@@ -35,7 +35,7 @@ struct Trainer::Impl {
   std::unique_ptr<ParameterUpdate> update;
 
   int64_t steps = 0, microbatches = 1, micro_batch_size = 1, seq_length = 1;
-  int64_t eval_interval = 0, eval_iters = 1, log_interval = 1;
+  int64_t eval_interval = 0, eval_iters = 1, log_interval = 1, exit_interval = 0;
   int64_t checkpoint_interval = 0, keep_last = 1;
   checkpoint::NameStyle checkpoint_names = checkpoint::NameStyle::local;  // how checkpoints spell names
   int64_t sample_tokens = 0;
@@ -130,6 +130,11 @@ struct Trainer::Impl {
   // that step (unless saved_step is that step, or no step was trained) and the "interrupted"
   // record, and fills result's interrupted and last_checkpoint. Collective, like a checkpoint.
   void stop_run(const Interruption& stop, int64_t saved_step, detail::Progress& progress, TrainResult& result,
+                const TrainerEvents& events);
+  // Ends a run at train.exit_interval (Megatron's --exit-interval) after `step` steps: a
+  // checkpoint of that step (unless saved_step is it), the "exit" record, result's exited_at and
+  // last_checkpoint. Every rank reaches it after the same step, so no agreement is needed.
+  void exit_run(int64_t step, int64_t saved_step, detail::Progress& progress, TrainResult& result,
                 const TrainerEvents& events);
 };
 

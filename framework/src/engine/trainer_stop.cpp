@@ -1,6 +1,7 @@
 // Stopping a run early on request (TrainerEvents::stop_signal: SIGTERM or SIGINT for
 // plexus-train): the ranks agree at a step boundary, so that they all stop after the same step,
-// and the run ends with a checkpoint of that step, which --resume continues exactly.
+// and the run ends with a checkpoint of that step, which --resume continues exactly. And at
+// train.exit_interval, the same way without a signal.
 #include <boost/json.hpp>
 
 #include "engine/trainer_impl.hpp"
@@ -47,6 +48,21 @@ void Trainer::Impl::stop_run(const Interruption& stop, int64_t saved_step, detai
     progress.line("checkpoint: " + result.last_checkpoint.string() + " (step " + step +
                   "); resume with --resume latest");
   result.interrupted = stop;
+}
+
+void Trainer::Impl::exit_run(int64_t step, int64_t saved_step, detail::Progress& progress,
+                             TrainResult& result, const TrainerEvents& events) {
+  if (saved_step != step) result.last_checkpoint = save_checkpoint(step);
+  write_metrics({{"event", "exit"},
+                 {"step", step},
+                 {"reason", "train.exit_interval"},
+                 {"checkpoint", result.last_checkpoint.string()}},
+                events);
+  if (writer)
+    progress.line("train.exit_interval: exiting after step " + std::to_string(step) + " of " +
+                  std::to_string(steps) + "; checkpoint " + result.last_checkpoint.string() +
+                  ", resume with --resume latest");
+  result.exited_at = step;
 }
 
 }  // namespace plexus

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "plexus/core/components.hpp"
+#include "plexus/core/data/blended_dataset.hpp"
 #include "plexus/core/distributed/runtime.hpp"
 #include "plexus/core/engine/model.hpp"
 #include "plexus/core/engine/optimizer.hpp"
@@ -33,13 +34,22 @@ class DataSource {
   virtual std::string decode(const std::vector<int32_t>& tokens) const = 0;
 };
 
-// The DataSource of a run config: the Megatron indexed dataset at data.path, the tokenizer of
-// data.tokenizer (the byte tokenizer when empty), windows of model.seq_length, data.split,
-// seeded by run.seed. Before returning it checks that the tokenizer's vocabulary fits
-// model.vocab_size and that the dataset's ids fit both (a scan of the ids, skipped for a .bin
-// over 2 GiB). Throws plexus::DataError (the file and problem) or ConfigError (data.path
-// empty, data.tokenizer unreadable, a vocabulary mismatch: the keys, files and numbers).
-std::unique_ptr<DataSource> make_indexed_data_source(const boost::json::value& run_config);
+// The Megatron data config of a run config: data.path's blend, data.split, data.cache_path,
+// model.seq_length, run.seed, and Megatron's sizes: train.steps x the global batch
+// (train.micro_batch_size x train.microbatches x data_parallel_size) training samples, and the
+// train.eval_iters microbatches every evaluation reads; the test split is not built. Throws
+// ConfigError naming the key of a value that cannot be used.
+data::MegatronDataConfig megatron_data_config(const boost::json::value& run_config,
+                                              int64_t data_parallel_size);
+
+// The DataSource of a run config: the samples of megatron_data_config (data/blended_dataset.hpp)
+// and the tokenizer of data.tokenizer (the byte tokenizer when empty). Before returning it checks
+// that the tokenizer's vocabulary fits model.vocab_size and that each dataset's ids fit both (a
+// scan of the ids, skipped for a .bin over 2 GiB). Throws plexus::DataError (the file and
+// problem) or ConfigError (data.path empty, data.tokenizer unreadable, a vocabulary mismatch: the
+// keys, files and numbers).
+std::unique_ptr<DataSource> make_indexed_data_source(const boost::json::value& run_config,
+                                                     int64_t data_parallel_size = 1);
 
 struct TrainerEvents {
   // Called with each metrics record (also written to metrics.jsonl).
@@ -67,6 +77,7 @@ struct TrainResult {
   std::optional<double> final_val_loss;
   std::filesystem::path last_checkpoint;    // empty when none was written
   std::optional<Interruption> interrupted;  // set when stop_signal stopped the run
+  std::optional<int64_t> exited_at;         // the step train.exit_interval ended the run after
 };
 
 class Trainer {
