@@ -63,6 +63,13 @@ boost::json::value agreement(const boost::json::value& run_config, const plexus:
 
 }  // namespace
 
+// The data-parallel ranks that read different samples (the "dp" group: under context
+// parallelism its cp ranks read the same ones), the global batch's factor.
+int64_t data_parallel_size(const plexus::distributed::Runtime& runtime) {
+  const plexus::distributed::Communicator* dp = runtime.group("dp");
+  return dp != nullptr ? dp->size() : runtime.data_parallel().size();
+}
+
 int main(int argc, char** argv) {
   namespace po = plexus::cli::po;
   // A write past the file-size limit (ulimit -f) would kill the process by SIGXFSZ, without a
@@ -143,7 +150,7 @@ int main(int argc, char** argv) {
         run_config.at("run").as_object()["device"] = "cuda:" + std::to_string(launch.local_rank);
 
       trainer = std::make_unique<plexus::Trainer>(
-          host, run_config, plexus::make_indexed_data_source(run_config, runtime->data_parallel().size()),
+          host, run_config, plexus::make_indexed_data_source(run_config, data_parallel_size(*runtime)),
           runtime.get());
       if (resume_dir) trainer->resume_from(*resume_dir);
       // From here on a stop signal is a request to checkpoint and stop; before, nothing has been

@@ -235,9 +235,19 @@ const Communicator* Runtime::group(std::string_view kind) const {
   return it == groups_.end() ? nullptr : it->second.get();
 }
 
+std::string Runtime::data_parallel_kind() const {
+  // Under context parallelism the parameters are replicated over dp x cp, and that is the group
+  // the gradients are averaged and the optimizer sharded over (Megatron's data-parallel group
+  // with context parallelism).
+  if (const Communicator* cp = group("cp"); cp != nullptr && cp->size() > 1 && group("dp_cp") != nullptr)
+    return "dp_cp";
+  return group("dp") != nullptr ? "dp" : "world";
+}
+
 const Communicator& Runtime::data_parallel() const {
-  const Communicator* dp = group("dp");
-  return dp != nullptr ? *dp : *world_;
+  const std::string kind = data_parallel_kind();
+  const Communicator* replicas = kind == "world" ? nullptr : group(kind);
+  return replicas != nullptr ? *replicas : *world_;
 }
 
 std::vector<std::string> Runtime::group_kinds() const {

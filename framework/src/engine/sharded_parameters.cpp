@@ -95,6 +95,7 @@ ShardedParameters::ShardedParameters(ParameterStore& params, const std::vector<U
     fsdp_.push_back(std::move(unit));
   }
 
+  const std::string replica_kind = runtime.data_parallel_kind();
   std::vector<plx_dp_unit_desc> descs(buffers_.size());
   std::vector<const plx_dp_unit_desc*> pointers;
   for (std::size_t k = 0; k < buffers_.size(); ++k) {
@@ -102,7 +103,9 @@ ShardedParameters::ShardedParameters(ParameterStore& params, const std::vector<U
     d.struct_size = sizeof(d);
     d.flags = buffers_[k].replicated ? PLX_DP_UNIT_REPLICATED : 0u;
     d.name = buffers_[k].name.c_str();
-    d.group = buffers_[k].group.c_str();
+    // The parameters' own gradient group, "dp", is the runtime's replica group (dp_cp under
+    // context parallelism); the strategy finds it by that name.
+    d.group = buffers_[k].group == "dp" ? replica_kind.c_str() : buffers_[k].group.c_str();
     d.numel = buffers_[k].numel;
     d.dtype = plx_dtype_f32();
     d.device = device;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 
+#include "engine/context_parallel.hpp"
 #include "engine/sharded_parameters.hpp"
 #include "engine/trainer_impl.hpp"
 #include "plexus/core/config.hpp"
@@ -22,13 +23,16 @@ int64_t get_int(const boost::json::value& root, const char* section, const char*
 
 // Context parallelism is not built: its groups must be single ranks. (Tensor parallelism is the
 // layers' own: each refuses a tp or expert_tp group it cannot split over, by name.)
-void require_supported_parallelism(const distributed::Runtime& runtime) {
+// Context parallelism cuts each sequence into 2 cp equal chunks (context_parallel.hpp).
+void require_supported_parallelism(const distributed::Runtime& runtime, int64_t seq_length) {
   const distributed::Communicator* cp = runtime.group("cp");
-  if (cp != nullptr && cp->size() > 1)
-    throw config::ConfigError("distributed.topology.options",
-                              "the cp groups have " + std::to_string(cp->size()) +
-                                  " ranks, but the trainer's layers are not context-parallel: it runs data, "
-                                  "tensor, pipeline and expert parallelism (set cp to 1)");
+  if (cp != nullptr && cp->size() > 1 && seq_length % (2 * cp->size()) != 0)
+    throw config::ConfigError("model.seq_length",
+                              std::to_string(seq_length) +
+                                  " tokens cannot be cut into 2 x cp = " + std::to_string(2 * cp->size()) +
+                                  " equal chunks (context parallelism's load-balanced layout): make it a "
+                                  "multiple of " +
+                                  std::to_string(2 * cp->size()));
 }
 
 // The sum of a value over the ranks of an ep group of more than one rank (the experts of a layer
@@ -102,12 +106,24 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
 
   t.runtime = runtime;
   if (runtime != nullptr) {
-    require_supported_parallelism(*runtime);
+    require_supported_parallelism(*runtime, get_int(rc, "model", "seq_length"));
     t.writer = runtime->rank() == 0;
     const distributed::Communicator& dp = runtime->data_parallel();
     t.dp_rank = dp.rank();
     t.dp_size = dp.size();
     if (t.dp_size > 1) t.dp = &dp;
+    if (const distributed::Communicator* readers = runtime->group("dp"); readers != nullptr) {
+      t.data_rank = readers->rank();
+      t.data_size = readers->size();
+    } else {
+      t.data_rank = t.dp_rank;
+      t.data_size = t.dp_size;
+    }
+    if (const distributed::Communicator* cp = runtime->group("cp"); cp != nullptr && cp->size() > 1) {
+      t.cp = cp;
+      t.cp_rank = cp->rank();
+      t.cp_size = cp->size();
+    }
     if (const distributed::Communicator* pp = runtime->group("pp"); pp != nullptr && pp->size() > 1)
       t.pp = pp;
   }
@@ -175,9 +191,18 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
     t.timeline = std::make_unique<Timeline>(t.model->device());
     t.model->set_timeline(t.timeline.get());
   }
+  // Under context parallelism the model runs on this rank's seq_length / cp tokens of each sequence.
+  const int64_t local_seq = t.seq_length / t.cp_size;
   for (int64_t i = 0; i < t.microbatches; ++i)
-    t.batches.push_back(Batch{Tensor({t.micro_batch_size, t.seq_length}, plx_dtype_i32()),
-                              Tensor({t.micro_batch_size, t.seq_length}, plx_dtype_i32())});
+    t.batches.push_back(Batch{Tensor({t.micro_batch_size, local_seq}, plx_dtype_i32()),
+                              Tensor({t.micro_batch_size, local_seq}, plx_dtype_i32())});
+  if (t.cp != nullptr) {
+    t.whole_batch = Batch{Tensor({t.micro_batch_size, t.seq_length}, plx_dtype_i32()),
+                          Tensor({t.micro_batch_size, t.seq_length}, plx_dtype_i32())};
+    if (t.sample_tokens > 0 && t.writer)
+      log_info("trainer", "no text samples under context parallelism (sample.tokens is ignored)");
+    t.sample_tokens = 0;
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -215,19 +240,30 @@ std::vector<double> Trainer::Impl::loss_over_job(std::vector<double> values) con
   return values;
 }
 
+void Trainer::Impl::read_batch(uint64_t at, Batch& batch, bool validation) {
+  Batch& target = cp != nullptr ? whole_batch : batch;
+  if (validation)
+    data->validation_batch(at, target);
+  else
+    data->train_batch(at, target);
+  if (cp == nullptr) return;
+  take_context_parallel_chunks(whole_batch.tokens, batch.tokens, cp_rank, cp_size);
+  take_context_parallel_chunks(whole_batch.targets, batch.targets, cp_rank, cp_size);
+}
+
 Trainer::Impl::StepResult Trainer::Impl::train_step(int64_t step) {
   using Phase = StepProfile::Phase;
   if (threads) threads->before_step();
   const auto begin = std::chrono::steady_clock::now();
   const auto traffic_before = traffic_now(runtime);
   update->begin_step(microbatches);
-  // The step's global batch is dp_size x microbatches microbatches; this rank takes its
+  // The step's global batch is data_size x microbatches microbatches; this rank takes its
   // contiguous share, so N ranks see exactly the tokens one rank with N times the microbatches
-  // would.
+  // would (the cp ranks of a data-parallel rank read the same microbatches and keep their chunks).
   for (int64_t i = 0; i < microbatches; ++i) {
-    const int64_t global_microbatch = (step * dp_size + dp_rank) * microbatches + i;
-    data->train_batch(static_cast<uint64_t>(global_microbatch * micro_batch_size),
-                      batches[static_cast<std::size_t>(i)]);
+    const int64_t global_microbatch = (step * data_size + data_rank) * microbatches + i;
+    read_batch(static_cast<uint64_t>(global_microbatch * micro_batch_size),
+               batches[static_cast<std::size_t>(i)], false);
   }
   StepResult result;
   result.loss = model->forward_backward(*scheduler, batches);

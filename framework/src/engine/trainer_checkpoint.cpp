@@ -297,8 +297,8 @@ class SaveWalk {
 boost::json::object Trainer::Impl::checkpoint_state(int64_t steps_done) const {
   return {{"format", "plexus-checkpoint-1"},
           {"step", steps_done},
-          {"data_position", steps_done * dp_size * microbatches * micro_batch_size},
-          {"global_microbatches", dp_size * microbatches},
+          {"data_position", steps_done * data_size * microbatches * micro_batch_size},
+          {"global_microbatches", data_size * microbatches},
           {"config", run_config}};
 }
 
@@ -451,7 +451,8 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
       // A loss weight, how the model is run over tp and which attention kernel computes it, not
       // the model: a run may continue with another.
       if (std::string_view(section) == "model" &&
-          (key == "mtp_loss_scaling_factor" || key == "sequence_parallel" || key == "attention_backend"))
+          (key == "mtp_loss_scaling_factor" || key == "sequence_parallel" || key == "attention_backend" ||
+           key == "cp_comm_type"))
         continue;
       const boost::json::value* old = was.if_contains(key);
       // A checkpoint from before the mhc section existed is of a model without mHC.
@@ -467,10 +468,10 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
   // The data position is a function of the step and the global batch: a run may continue on
   // another number of ranks only with the same number of microbatches per step in all.
   if (const boost::json::value* saved = loaded.state.as_object().if_contains("global_microbatches");
-      saved != nullptr && saved->is_int64() && saved->as_int64() != dp_size * microbatches)
+      saved != nullptr && saved->is_int64() && saved->as_int64() != data_size * microbatches)
     differences += "\n  microbatches per step over all data-parallel ranks: checkpoint " +
                    std::to_string(saved->as_int64()) + ", this run " +
-                   std::to_string(dp_size * microbatches) + " (" + std::to_string(dp_size) +
+                   std::to_string(data_size * microbatches) + " (" + std::to_string(data_size) +
                    " ranks x train.microbatches " + std::to_string(microbatches) + ")";
   if (!differences.empty())
     throw CheckpointError(dir,

@@ -47,8 +47,15 @@ struct Trainer::Impl {
 
   // Data parallelism (one rank of one when single-process).
   const distributed::Runtime* runtime = nullptr;
-  const distributed::Communicator* dp = nullptr;  // nullptr: a single data-parallel rank
+  // The parameters' replicas: gradients are averaged and the optimizer sharded over them (dp, or
+  // dp x cp under context parallelism). nullptr: a single replica.
+  const distributed::Communicator* dp = nullptr;
   int64_t dp_rank = 0, dp_size = 1;
+  // Which samples this rank reads: its rank among the "dp" group's (cp ranks read the same).
+  int64_t data_rank = 0, data_size = 1;
+  // Context parallelism: each microbatch's sequence split over the cp group (context_parallel.hpp).
+  const distributed::Communicator* cp = nullptr;
+  int64_t cp_rank = 0, cp_size = 1;
   // Pipeline parallelism: the pp group of more than one stage (nullptr: none), every stage's
   // parameters, and the stages that hold a tied parameter (Megatron's embedding group).
   const distributed::Communicator* pp = nullptr;
@@ -82,6 +89,7 @@ struct Trainer::Impl {
   double peak_tflops = 0;                         // train.peak_tflops: one device's; 0: no MFU
   std::unique_ptr<PluginMetrics> plugin_metrics;  // the plugins' report_metric values, per step
   std::vector<Batch> batches;
+  Batch whole_batch;  // under context parallelism: a microbatch's whole sequences, before the split
 
   // trainer.cpp: one optimizer step over this rank's share of the step's global batch.
   struct StepResult {
@@ -110,6 +118,9 @@ struct Trainer::Impl {
   boost::json::object pipeline_layout_record() const;
   boost::json::array microbatches_in_flight() const;
   void write_metrics(const boost::json::object& record, const TrainerEvents& events);
+  // A microbatch from the data source (training sample position, or validation batch index),
+  // under context parallelism this rank's chunks of it.
+  void read_batch(uint64_t at, Batch& batch, bool validation);
   double evaluate();
   std::string sample(int64_t step);
   // trainer_trace.cpp: recording starts before the first traced step (after a barrier, the

@@ -83,7 +83,7 @@ void Trainer::Impl::report_start(const TrainerEvents& events) {
     const double total = over_pipeline(flops_per_token.value_or(0.0));
     flops_per_token = unknown > 0 ? std::nullopt : std::optional<double>(total);
   }
-  tokens_per_step = static_cast<double>(dp_size * microbatches * micro_batch_size * seq_length);
+  tokens_per_step = static_cast<double>(data_size * microbatches * micro_batch_size * seq_length);
   if (writer) {
     if (pp != nullptr)
       log_info("trainer", "pipeline: " + std::to_string(pp->size()) + " stages, this one holding " +
@@ -103,7 +103,8 @@ void Trainer::Impl::report_start(const TrainerEvents& events) {
                              {"precision", precision_name(*model)},
                              {"first_step", start_step + 1},
                              {"steps", steps},
-                             {"data_parallel_size", dp_size},
+                             {"data_parallel_size", data_size},
+                             {"context_parallel_size", cp_size},
                              {"data_parallel", update->describe()},
                              {"memory_per_rank", memory}};
   if (pp != nullptr) record["pipeline"] = pipeline_layout_record();
@@ -246,21 +247,24 @@ boost::json::array Trainer::Impl::microbatches_in_flight() const {
 }
 
 double Trainer::Impl::evaluate() {
-  Batch batch{Tensor({micro_batch_size, seq_length}, plx_dtype_i32()),
-              Tensor({micro_batch_size, seq_length}, plx_dtype_i32())};
+  Batch batch{Tensor({micro_batch_size, seq_length / cp_size}, plx_dtype_i32()),
+              Tensor({micro_batch_size, seq_length / cp_size}, plx_dtype_i32())};
   // The validation batches are shared out over the data-parallel ranks and the sum gathered,
   // so the loss is that of all eval_iters batches whatever the number of ranks.
   // With divided experts every rank runs the same number of rounds (a rank past the last batch
   // evaluates one again, for the others' all-to-alls, and does not count it).
-  const int64_t rounds = collective_forward ? (eval_iters + dp_size - 1) / dp_size : 0;
+  const int64_t rounds = collective_forward ? (eval_iters + data_size - 1) / data_size : 0;
   double sum = 0;
-  for (int64_t round = 0, i = dp_rank; i < eval_iters || round < rounds; i += dp_size, ++round) {
-    data->validation_batch(static_cast<uint64_t>(i % eval_iters), batch);
+  for (int64_t round = 0, i = data_rank; i < eval_iters || round < rounds; i += data_size, ++round) {
+    read_batch(static_cast<uint64_t>(i % eval_iters), batch, true);
     const double loss = model->evaluate(batch);
     if (i < eval_iters) sum += loss;
   }
   // Pipelined, the loss is the last stage's: the stages' sum is it on every stage.
-  return over_ranks(over_pipeline(sum), distributed::ReduceOp::sum) / static_cast<double>(eval_iters);
+  // Under context parallelism each of a batch's cp ranks adds the mean over its chunks: equal
+  // shares of the tokens, so their average is the batch's.
+  return over_ranks(over_pipeline(sum), distributed::ReduceOp::sum) /
+         static_cast<double>(eval_iters * cp_size);
 }
 
 std::string Trainer::Impl::sample(int64_t step) {

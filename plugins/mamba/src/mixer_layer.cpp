@@ -69,10 +69,21 @@ uint32_t checked_layers(const plx_layer_create_args& args) {
   return num_layers;
 }
 
+// Megatron runs the mixer under cp by a head-parallel all-to-all (mamba_context_parallel.py),
+// which is not built here: refused by name. Returns tp, to sit in the member initializers.
+plexus::sdk::Group refuse_context_parallel(plexus::sdk::Group tp) {
+  const plexus::sdk::Group cp = plexus::sdk::Group::find(plexus::sdk::Host::current(), "cp");
+  if (cp.size() > 1)
+    throw plexus::sdk::Error(PLX_ERR_UNSUPPORTED, "mamba.mixer under context parallelism (a cp group of " +
+                                                      std::to_string(cp.size()) +
+                                                      " ranks) is not built; set cp to 1");
+  return tp;
+}
+
 class Mixer final : public plexus::sdk::Layer {
  public:
   explicit Mixer(const plx_layer_create_args& args)
-      : tp_(plexus::sdk::Group::find(plexus::sdk::Host::current(), "tp")),
+      : tp_(refuse_context_parallel(plexus::sdk::Group::find(plexus::sdk::Host::current(), "tp"))),
         sp_(tp_.size() > 1 && plexus::sdk::Host::current()
                                   .config_bool_if(args.model_config, "sequence_parallel")
                                   .value_or(false)),

@@ -132,6 +132,10 @@ MoeConfig read_config(const plx_layer_create_args& args) {
   const plexus::sdk::Group expert_tp = plexus::sdk::Group::find(host, "expert_tp");
   const plexus::sdk::Group ep = plexus::sdk::Group::find(host, "ep");
   const std::string at = std::string(kComponent) + " at tp " + std::to_string(tp.size()) + ": ";
+  // Megatron sums the router's token counts over tp x cp; here only over tp.
+  if (const plexus::sdk::Group cp = plexus::sdk::Group::find(host, "cp"); cp.size() > 1)
+    throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) + " under context parallelism (a cp group of " +
+                                         std::to_string(cp.size()) + " ranks) is not built; set cp to 1");
   if (expert_tp.size() > 1)
     throw Error(PLX_ERR_UNSUPPORTED,
                 std::string(kComponent) + ": expert tensor parallelism (an expert_tp group of " +

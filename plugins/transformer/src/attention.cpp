@@ -1,12 +1,14 @@
 // transformer.attention: pre-norm causal self-attention with grouped query heads and rotary
 // embeddings, F only (the stack adds the residual). See ../README.md for the math and layout.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <type_traits>
 #include <vector>
 
 #include "common.hpp"
+#include "context_parallel.hpp"
 #include "cuda_layers.hpp"
 #include "plexus_kernels/attention.hpp"
 #include "plexus_kernels/buffer.hpp"
@@ -41,6 +43,9 @@ AttentionBackend attention_backend(const plexus::sdk::Host& host, plx_config mod
 class AttentionState : public PreNormState {
  public:
   k::Buffer probs;  // softmax probabilities [B, nh, S, S]
+  // Under context parallelism instead: each query row's log-sum-exp [B, nh, S] (the backward
+  // recomputes the probabilities from it).
+  k::Buffer lse;
 };
 
 class Attention final : public PreNormLayer<Attention, AttentionState> {
@@ -72,6 +77,11 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
     // groups / tp key-value heads; linear_qkv is laid out group by group, so its row split is
     // one part (Megatron: num_query_groups % tp == 0).
     refuse_split_on_device();
+    if (cp_.size() > 1 && on_cuda())
+      throw Error(PLX_ERR_INVALID_ARGUMENT,
+                  "transformer.attention on CUDA is not context-parallel yet: the cp group has " +
+                      std::to_string(cp_.size()) + " ranks (set cp to 1, or run on the CPU)");
+    cp_all_gather_ = host.config_string_if(m, "cp_comm_type").value_or("p2p") == "all_gather";
     heads_ = split_over(tp_, heads_, "num_attention_heads");
     groups_ = split_over(tp_, groups_, "num_query_groups");
     qkv_rows_ = (heads_ + 2 * groups_) * head_dim_;
@@ -121,8 +131,10 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
     const auto b = static_cast<double>(inputs[0].dims[0]);
     const auto s = static_cast<double>(inputs[0].dims[1] * (sp_ ? tp_.size() : 1));
     const double n = b * s, c = static_cast<double>(hidden_), dq = static_cast<double>(heads_ * head_dim_);
+    // Under context parallelism this rank's s queries see, on average, half the whole sequence.
+    const double pairs = cp_.size() > 1 ? s * (s * cp_.size() + 1) / 2 : s * (s + 1) / 2;
     forward = 2 * n * c * static_cast<double>(qkv_rows_) + 2 * n * dq * c +
-              2 * 2 * b * static_cast<double>(heads_) * (s * (s + 1) / 2) * static_cast<double>(head_dim_);
+              2 * 2 * b * static_cast<double>(heads_) * pairs * static_cast<double>(head_dim_);
     backward = 2 * forward;
   }
 
@@ -150,14 +162,168 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
   friend class PreNormLayer<Attention, AttentionState>;
 
   void expect_sequence(int64_t seq) const {
-    if (seq > max_seq_)
-      throw Error(PLX_ERR_INVALID_ARGUMENT, "sequence length " + std::to_string(seq) +
+    if (seq * cp_.size() > max_seq_)
+      throw Error(PLX_ERR_INVALID_ARGUMENT, "sequence length " + std::to_string(seq * cp_.size()) +
                                                 " exceeds model seq_length " + std::to_string(max_seq_));
+    if (cp_.size() > 1 && seq % 2 != 0)
+      throw Error(PLX_ERR_INVALID_ARGUMENT,
+                  "under context parallelism each rank holds two equal chunks of the "
+                  "sequence; this rank's " +
+                      std::to_string(seq) + " tokens are odd");
+  }
+
+  ContextParallelLayout cp_layout(const Tokens& t) const {
+    return {t.batch, t.seq, heads_, groups_, head_dim_, cp_.rank(), cp_.size()};
+  }
+
+  // Context parallelism: RoPE at the tokens' global positions, then this rank's queries against
+  // every rank's kv block, passed around the ring or gathered (context_parallel.hpp).
+  template <class T>
+  void cp_core_forward(AttentionState& st, const Tokens& t, bool train, T* qkv, T* o) {
+    const ContextParallelLayout l = cp_layout(t);
+    rope_at_global_positions<T>(l, qkv, qkv_rows_, rope_columns_.data(),
+                                static_cast<int64_t>(rope_columns_.size()), cos_table<T>(), sin_table<T>(),
+                                false);
+    k::Buffer kv_buf, other_buf, call_lse;
+    T* kv = kv_buf.get<T>(sz(l.tokens() * l.kv_cols()));
+    pack_kv<T>(l, qkv, kv);
+    SoftmaxRows rows(l);
+    ExchangeClock clock;
+    if (cp_all_gather_) {
+      T* all = other_buf.get<T>(sz(l.tokens() * l.kv_cols() * cp_.size()));
+      clock.wait(
+          [&] { cp_.gather_rows(kv, all, l.tokens(), l.kv_cols(), dtype_of(precision_v<T>), device_); });
+      for (int32_t source = 0; source < cp_.size(); ++source)
+        clock.compute(
+            [&] { attend_block<T>(l, qkv, all + source * l.tokens() * l.kv_cols(), source, rows); });
+    } else {
+      T* next = other_buf.get<T>(sz(l.tokens() * l.kv_cols()));
+      for (int32_t step = 0; step < cp_.size(); ++step) {
+        const int32_t source = (cp_.rank() - step + cp_.size()) % cp_.size();
+        // The next block is on its way while this one is computed.
+        const Transfer transfer = step + 1 < cp_.size() ? pass_on(l, kv, next, kTagBlock) : Transfer{};
+        clock.compute([&] { attend_block<T>(l, qkv, kv, source, rows); });
+        clock.wait([&] { finish(transfer); });
+        std::swap(kv, next);
+      }
+    }
+    clock.report("cp_forward");
+    double* lse = (train ? st.lse : call_lse).get<double>(sz(t.batch * heads_ * t.seq));
+    finish_rows<T>(l, rows, o, lse);
+  }
+
+  template <class T>
+  const T* cp_core_backward(AttentionState& st, const Tokens& t, bool split, T* d_o, k::Buffer& call_dqkv) {
+    const ContextParallelLayout l = cp_layout(t);
+    const T* qkv = st.in.data<T>();
+    const T* o = st.mid.data<T>();
+    const double* lse = st.lse.data<double>();
+    T* dqkv = (split ? st.d_in : call_dqkv).get<T>(sz(t.n * qkv_rows_));
+    std::fill(dqkv, dqkv + t.n * qkv_rows_, T(0));
+    const std::size_t block = sz(l.tokens() * l.kv_cols());
+    k::Buffer kv_buf, dkv_buf, next_buf, next_dkv_buf;
+    ExchangeClock clock;
+    T* kv = kv_buf.get<T>(block * (cp_all_gather_ ? sz(cp_.size()) : 1));
+    T* dkv = dkv_buf.zeros<T>(block * (cp_all_gather_ ? sz(cp_.size()) : 1));
+    if (cp_all_gather_) {
+      // The blocks gathered again (not kept since the forward), each block's gradients from this
+      // rank's queries summed over the ranks on their owner.
+      T* mine = next_buf.get<T>(block);
+      pack_kv<T>(l, qkv, mine);
+      clock.wait(
+          [&] { cp_.gather_rows(mine, kv, l.tokens(), l.kv_cols(), dtype_of(precision_v<T>), device_); });
+      for (int32_t source = 0; source < cp_.size(); ++source)
+        clock.compute([&] {
+          attend_block_backward<T>(l, qkv, kv + sz(source) * block, source, o, lse, d_o, dqkv,
+                                   dkv + sz(source) * block);
+        });
+      T* owned = next_dkv_buf.get<T>(block);
+      clock.wait([&] {
+        cp_.finish(cp_.start_scatter_sum_rows(dkv, owned, l.tokens(), l.kv_cols(), dtype_of(precision_v<T>),
+                                              device_));
+      });
+      add_kv_gradient<T>(l, owned, dqkv);
+    } else {
+      // The ring again, each block travelling with its gradients: after a full turn they are home.
+      pack_kv<T>(l, qkv, kv);
+      T* next = next_buf.get<T>(block);
+      T* next_dkv = next_dkv_buf.get<T>(block);
+      for (int32_t step = 0; step < cp_.size(); ++step) {
+        const int32_t source = (cp_.rank() - step + cp_.size()) % cp_.size();
+        const Transfer transfer = step + 1 < cp_.size() ? pass_on(l, kv, next, kTagBlock) : Transfer{};
+        clock.compute([&] { attend_block_backward<T>(l, qkv, kv, source, o, lse, d_o, dqkv, dkv); });
+        clock.wait([&] {
+          finish(transfer);
+          finish(pass_on(l, dkv, next_dkv, kTagGradient));
+        });
+        std::swap(kv, next);
+        std::swap(dkv, next_dkv);
+      }
+      add_kv_gradient<T>(l, dkv, dqkv);
+    }
+    clock.report("cp_backward");
+    rope_at_global_positions<T>(l, dqkv, qkv_rows_, rope_columns_.data(),
+                                static_cast<int64_t>(rope_columns_.size()), cos_table<T>(), sin_table<T>(),
+                                true);
+    if (split) {
+      st.in.release();
+      st.lse.release();
+    }
+    return dqkv;
+  }
+
+  // The milliseconds a call spent computing blocks and waiting for the exchange (transfers not
+  // hidden under the computation), reported as the metrics transformer/<what>_compute_ms and
+  // transformer/<what>_wait_ms (each step's mean over the calls).
+  struct ExchangeClock {
+    double compute_ms = 0, wait_ms = 0;
+    template <class F>
+    static double timed(F&& f) {
+      const auto begin = std::chrono::steady_clock::now();
+      f();
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
+    }
+    template <class F>
+    void compute(F&& f) {
+      compute_ms += timed(f);
+    }
+    template <class F>
+    void wait(F&& f) {
+      wait_ms += timed(f);
+    }
+    void report(const std::string& what) const {
+      const plx_host_api* api = plexus::sdk::Host::current().api();
+      if (!PLX_HAS_FIELD(api, plx_host_api, report_metric) || api->report_metric == nullptr) return;
+      api->report_metric(api->ctx, (what + "_compute_ms").c_str(), compute_ms);
+      api->report_metric(api->ctx, (what + "_wait_ms").c_str(), wait_ms);
+    }
+  };
+
+  // A block sent to the next cp rank and the previous rank's received into `into`, started.
+  struct Transfer {
+    plx_request send = nullptr, recv = nullptr;
+  };
+  static constexpr int32_t kTagBlock = 601, kTagGradient = 602;
+  template <class T>
+  Transfer pass_on(const ContextParallelLayout& l, T* block, T* into, int32_t tag) const {
+    int64_t shape[2] = {l.tokens(), l.kv_cols()};
+    const DLTensor send{block, device_, 2, dtype_of(precision_v<T>), shape, nullptr, 0};
+    DLTensor recv{into, device_, 2, dtype_of(precision_v<T>), shape, nullptr, 0};
+    const int32_t next = (cp_.rank() + 1) % cp_.size(), previous = (cp_.rank() - 1 + cp_.size()) % cp_.size();
+    Transfer t;
+    t.recv = cp_.start_recv(recv, previous, tag);
+    t.send = cp_.start_send(send, next, tag);
+    return t;
+  }
+  void finish(const Transfer& t) const {
+    cp_.finish(t.send);
+    cp_.finish(t.recv);
   }
 
   // RoPE on q and k, then o = attention(qkv).
   template <class T>
   void core_forward(AttentionState& st, const Tokens& t, bool train, T* qkv, T* o) {
+    if (cp_.size() > 1) return cp_core_forward<T>(st, t, train, qkv, o);
     k::rope_apply<T>(qkv, t.n, t.seq, qkv_rows_, rope_columns_.data(),
                      static_cast<int64_t>(rope_columns_.size()), head_dim_, cos_table<T>(), sin_table<T>(),
                      false);
@@ -168,6 +334,7 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
   // The attention core's backward, then RoPE's transpose on the q and k gradients: dqkv from do.
   template <class T>
   const T* core_backward(AttentionState& st, const Tokens& t, bool split, T* d_o, k::Buffer& call_dqkv) {
+    if (cp_.size() > 1) return cp_core_backward<T>(st, t, split, d_o, call_dqkv);
     T* dqkv = (split ? st.d_in : call_dqkv).get<T>(sz(t.n * qkv_rows_));
     k::attention_backward<T>(layout(t.batch, t.seq), st.in.data<T>(), st.probs.data<T>(), st.mid.data<T>(),
                              d_o, dqkv);
@@ -181,6 +348,9 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
     return dqkv;
   }
 
+  // The host's "cp" group (one rank without context parallelism).
+  plexus::sdk::Group cp_ = plexus::sdk::Group::find(plexus::sdk::Host::current(), "cp");
+  bool cp_all_gather_ = false;  // model.cp_comm_type "all_gather", else the p2p ring
   int64_t heads_ = 0, groups_ = 0, head_dim_ = 0, qkv_rows_ = 0, max_seq_ = 0;
   std::vector<int64_t> rope_columns_;
   std::vector<float> cos_f_, sin_f_;

@@ -46,6 +46,10 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
                     "CUDA yet (it runs on the CPU; \"rope\" and \"none\" run on both)");
       // Megatron rolls an MTP depth's positions with its tokens; this engine embeds the rolled
       // tokens at unrolled positions, so the two would differ.
+      if (plexus::sdk::Group::find(host, "cp").size() > 1)
+        throw Error(PLX_ERR_UNSUPPORTED,
+                    "model.position_embedding_type \"learned_absolute\" under context parallelism is not "
+                    "built (use \"rope\" or \"none\", or set cp to 1)");
       if (host.config_int_if(args.model_config, "mtp_num_layers").value_or(0) > 0)
         throw Error(PLX_ERR_INVALID_ARGUMENT,
                     "model.position_embedding_type \"learned_absolute\" with "

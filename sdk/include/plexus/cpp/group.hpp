@@ -51,6 +51,21 @@ class Group {
   void finish(plx_request request) const {
     if (request != nullptr) check_host(api_->request_wait(api_->ctx, request));
   }
+  // Point to point, started (nullptr on one rank); finish() completes it. tag tells apart the
+  // messages between the same two ranks.
+  plx_request start_send(const DLTensor& buffer, int32_t peer, int32_t tag) const {
+    if (size_ <= 1) return nullptr;
+    plx_request request = nullptr;
+    check_host(api_->send(api_->ctx, group_, &buffer, peer, tag, nullptr, &request));
+    return request;
+  }
+  plx_request start_recv(DLTensor& buffer, int32_t peer, int32_t tag) const {
+    if (size_ <= 1) return nullptr;
+    plx_request request = nullptr;
+    check_host(api_->recv(api_->ctx, group_, &buffer, peer, tag, nullptr, &request));
+    return request;
+  }
+
   // recv holds size() x send, in rank order.
   void all_gather(const DLTensor& send, DLTensor& recv) const {
     check_host(api_->all_gather(api_->ctx, group_, &send, &recv, nullptr, nullptr));

@@ -60,8 +60,11 @@ class Runtime {
   const Communicator& world() const noexcept { return *world_; }
   // This rank's group of a kind the topology enumerated, or nullptr.
   const Communicator* group(std::string_view kind) const;
-  // The data-parallel group ("dp"), or the world when the topology has none.
+  // The group the parameters are replicated over, whose ranks average their gradients: "dp", or
+  // "dp_cp" under context parallelism (cp ranks hold the same parameters and different tokens),
+  // or the world when the topology has neither. data_parallel_kind() is its kind's name.
   const Communicator& data_parallel() const;
+  std::string data_parallel_kind() const;
   std::vector<std::string> group_kinds() const;
 
   // Collective over the world, with the same arguments on every rank: new groups of kind

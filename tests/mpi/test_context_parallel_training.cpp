@@ -1,0 +1,161 @@
+// Context parallelism through real MPI processes: `mpirun -np N plexus-train` with
+// distributed.topology.options.cp against one process holding whole sequences, on the same
+// global batch. Each rank holds 2 of the 2 cp chunks of every sequence (load-balanced), RoPE at
+// global positions, attention over the cp group by the p2p ring or by all-gather, gradients
+// averaged over dp x cp.
+//
+// What is equal and why not to the bit: a cp rank's queries merge the blocks' softmax in another
+// order than the whole sequence's row, the keys' and values' gradients are sums of the ranks'
+// parts, and every weight's gradient is the average of the ranks' shares of the tokens (as under
+// data parallelism); each is float32 rounding, ~1e-7 relative per step. Adam, which divides each
+// gradient element by its own magnitude, turns the reordered sum of a near-cancelling element into
+// a large change of that element (measured: 1.5e-5 of an MLP weight after 20 steps with the
+// defaults, while the losses agree to 1e-7), so these runs take its division out as
+// test_dp_training does (adam_eps = 1: momentum SGD, lr 0.2); then 20 steps stay within 1e-6
+// relative for the losses and every weight, and 2e-6 for the moments (a tensor's worst element
+// difference over its largest, at least 1e-3; measured 1.8e-7 and 1.3e-6). A missing or wrong key, value or
+// query gradient would differ by the order of the step itself.
+//
+// Reported skipped without mpirun or comm_mpi.
+#define BOOST_TEST_MODULE context_parallel_training
+#include <boost/test/unit_test.hpp>
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpi_launch.hpp"
+#include "run_comparison.hpp"
+#include "run_process.hpp"
+#include "skip_module.hpp"
+#include "train_corpus.hpp"
+
+using Corpus = plexus::test::TrainCorpus;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Four heads (MHA, or GQA in 2 groups), clipping on so the norm over the ranks matters; seq 32
+// cuts into 2 x cp chunks for cp = 2 and 4.
+const std::string kModel =
+    " --set model.num_attention_heads=4 --set optimizer.clip_grad=0.5 --set distributed.timeout_s=60"
+    " --set checkpoint.interval=10 --set optimizer.lr_warmup_steps=0 --set optimizer.adam_eps=1"
+    " --set optimizer.lr=0.2";
+const std::string kGqa = " --set model.num_query_groups=2 --set model.activation=swiglu";
+constexpr double kTolerance = 1e-6;
+constexpr int kSteps = 20;
+
+std::string topology(const std::string& sizes) {
+  return " --set 'distributed.topology.options={" + sizes + "}'";
+}
+
+void expect_close(const fs::path& a, const fs::path& b) {
+  const plexus::test::RunDifference d = plexus::test::compare_runs(a, b, kSteps, 1e-3);
+  BOOST_TEST(d.losses <= kTolerance, b.filename() << ": losses " << d.losses);
+  BOOST_TEST(d.weights <= kTolerance, b.filename() << ": weights " << d.weights);
+  // The second moment squares the gradient: twice its relative rounding.
+  BOOST_TEST(d.moments <= 2 * kTolerance, b.filename() << ": moments " << d.moments);
+}
+
+}  // namespace
+
+PLEXUS_SKIP_MODULE_UNLESS(plexus::test::have_mpirun() && plexus::test::comm_mpi_built(),
+                          "needs mpirun and the comm_mpi plugin (a build with MPI)")
+
+// MHA and GQA at cp = 2 by the ring and by all-gather, and at cp = 4 by the ring, within 1e-6 of
+// cp = 1: losses, validation losses, weights and moments after 20 steps.
+BOOST_AUTO_TEST_CASE(gpt_cp_matches_one_rank) {
+  Corpus corpus;
+  const fs::path root = corpus.dir.path();
+  for (const auto& [name, model] : {std::pair{"mha", kModel}, std::pair{"gqa", kModel + kGqa}}) {
+    const fs::path one = root / (std::string(name) + "_cp1");
+    plexus::test::train_ranks(corpus, one, 1, model);
+    const fs::path ring = root / (std::string(name) + "_cp2_p2p");
+    plexus::test::train_ranks(corpus, ring, 2, model + topology(R"("cp": 2)"));
+    expect_close(one, ring);
+    const fs::path gathered = root / (std::string(name) + "_cp2_all_gather");
+    plexus::test::train_ranks(corpus, gathered, 2,
+                              model + topology(R"("cp": 2)") + " --set model.cp_comm_type=all_gather");
+    expect_close(one, gathered);
+    const auto val = [](const fs::path& run) { return plexus::test::records(run / "metrics.jsonl", "eval"); };
+    BOOST_TEST_REQUIRE(val(ring).size() == val(one).size());
+    for (std::size_t i = 0; i < val(one).size(); ++i)
+      BOOST_TEST(val(ring)[i].at("val_loss").as_double() == val(one)[i].at("val_loss").as_double(),
+                 boost::test_tools::tolerance(kTolerance));
+  }
+  const fs::path four = root / "gqa_cp4_p2p";
+  plexus::test::train_ranks(corpus, four, 4, kModel + kGqa + topology(R"("cp": 4)"));
+  expect_close(root / "gqa_cp1", four);
+}
+
+// cp composed with dp (dp 2 x cp 2: the same global batch as one rank's 2 microbatches) and with
+// tp and sequence parallelism (tp 2 x cp 2).
+BOOST_AUTO_TEST_CASE(cp_composes_with_dp_and_tp) {
+  Corpus corpus;
+  const fs::path root = corpus.dir.path();
+  const std::string model = kModel + kGqa;
+  plexus::test::train_ranks(corpus, root / "one", 1, model);
+  // The corpus's command line has 2 microbatches a step: dp 2 takes one each.
+  plexus::test::train_ranks(corpus, root / "dp2_cp2", 4,
+                            model + " --set train.microbatches=1" + topology(R"("cp": 2)"));
+  expect_close(root / "one", root / "dp2_cp2");
+  plexus::test::train_ranks(corpus, root / "tp2_cp2", 4,
+                            model + " --set model.sequence_parallel=true" + topology(R"("cp": 2, "tp": 2)"));
+  expect_close(root / "one", root / "tp2_cp2");
+}
+
+// What context parallelism does not run is refused by name before training: a sequence that does
+// not cut into 2 cp chunks, and the layers not built for it.
+BOOST_AUTO_TEST_CASE(unsupported_cp_runs_are_refused_by_name) {
+  Corpus corpus;
+  const fs::path root = corpus.dir.path();
+  const auto refused = [&](const std::string& name, const std::string& extra) {
+    return plexus::test::refused_run(corpus, root / name, 2, kModel + topology(R"("cp": 2)") + extra);
+  };
+  const std::string odd = refused("odd", " --set model.seq_length=30");
+  BOOST_TEST(odd.find("model.seq_length") != std::string::npos, odd);
+  BOOST_TEST(odd.find("multiple of 4") != std::string::npos, odd);
+  const std::string mtp = refused("mtp", " --set model.mtp_num_layers=1");
+  BOOST_TEST(mtp.find("transformer.mtp_entry") != std::string::npos, mtp);
+  const std::string learned =
+      refused("learned", R"( --set model.position_embedding_type=\"learned_absolute\")");
+  BOOST_TEST(learned.find("learned_absolute") != std::string::npos, learned);
+  const std::string mamba = refused(
+      "mamba", R"( --set 'plugins.load=["sequential_scheduler","transformer","hybrid_stack","mamba"]')"
+               " --set 'model.pattern=M*' --set model.num_layers=2");
+  BOOST_TEST(mamba.find("mamba.mixer under context parallelism") != std::string::npos, mamba);
+  const std::string moe =
+      refused("moe", R"( --set 'plugins.load=["sequential_scheduler","transformer","moe"]')"
+                     R"( --set model.moe.layer_freq=1 --set 'model.moe.options={"num_moe_experts": 4}')");
+  BOOST_TEST(moe.find("under context parallelism") != std::string::npos, moe);
+}
+
+// What context parallelism is for: a sequence's activations divided over the ranks. At 4096
+// tokens one rank keeps each layer's 4 x 4096 x 4096 attention probabilities (256 MiB a layer);
+// at cp = 2 each rank holds half the tokens and, block by block, one log-sum-exp per query row
+// instead. Every rank's measured peak resident memory (the metrics' memory_per_rank) must be
+// under half of the one rank's (measured: 2.3 GiB against 0.28 GiB with 4 layers of 128).
+BOOST_AUTO_TEST_CASE(each_rank_holds_a_fraction_of_a_long_sequence) {
+  Corpus corpus;
+  const fs::path root = corpus.dir.path();
+  const std::string long_sequence =
+      " --set model.seq_length=4096 --set train.micro_batch_size=1 --set train.microbatches=1"
+      " --set train.steps=1 --set train.eval_iters=1 --set distributed.timeout_s=120 --set "
+      "data.split=50,50,0";
+  plexus::test::train_ranks(corpus, root / "one", 1, kModel + long_sequence);
+  plexus::test::train_ranks(corpus, root / "two", 2, kModel + long_sequence + topology(R"("cp": 2)"));
+  const auto peaks = [](const fs::path& run) {
+    std::vector<double> out;
+    const auto steps = plexus::test::records(run / "metrics.jsonl", "step");
+    BOOST_TEST_REQUIRE(!steps.empty());
+    for (const auto& rank : steps.back().at("memory_per_rank").as_array())
+      out.push_back(static_cast<double>(rank.at("peak_resident_bytes").to_number<int64_t>()));
+    return out;
+  };
+  const std::vector<double> one = peaks(root / "one"), two = peaks(root / "two");
+  BOOST_TEST_REQUIRE(one.size() == 1U);
+  BOOST_TEST_REQUIRE(two.size() == 2U);
+  for (const double rank : two)
+    BOOST_TEST(rank < one[0] / 2, rank / (1 << 20) << " MiB against " << one[0] / (1 << 20));
+}
