@@ -106,7 +106,8 @@ BOOST_AUTO_TEST_CASE(cp_composes_with_dp_and_tp) {
 }
 
 // What context parallelism does not run is refused by name before training: a sequence that does
-// not cut into 2 cp chunks, and the layers not built for it.
+// not cut into 2 cp chunks, and the layers not built for it (Mamba-2, multi-token prediction,
+// learned absolute positions).
 BOOST_AUTO_TEST_CASE(unsupported_cp_runs_are_refused_by_name) {
   Corpus corpus;
   const fs::path root = corpus.dir.path();
@@ -125,10 +126,30 @@ BOOST_AUTO_TEST_CASE(unsupported_cp_runs_are_refused_by_name) {
       "mamba", R"( --set 'plugins.load=["sequential_scheduler","transformer","hybrid_stack","mamba"]')"
                " --set 'model.pattern=M*' --set model.num_layers=2");
   BOOST_TEST(mamba.find("mamba.mixer under context parallelism") != std::string::npos, mamba);
+}
+
+// MoE layers under cp: the router's counts and its auxiliary and z losses are the whole
+// sequences' (summed over the cp ranks, their gradients counted cp times against the average
+// over dp x cp, as Megatron scales them), the experts whole on each rank or divided over ep
+// beside cp. Large loss coefficients, so that a wrong scale of their gradients would show.
+BOOST_AUTO_TEST_CASE(moe_under_cp_matches_one_rank) {
+  Corpus corpus;
+  const fs::path root = corpus.dir.path();
   const std::string moe =
-      refused("moe", R"( --set 'plugins.load=["sequential_scheduler","transformer","moe"]')"
-                     R"( --set model.moe.layer_freq=1 --set 'model.moe.options={"num_moe_experts": 4}')");
-  BOOST_TEST(moe.find("under context parallelism") != std::string::npos, moe);
+      kModel +
+      R"( --set 'plugins.load=["sequential_scheduler","transformer","moe"]' --set model.moe.layer_freq=1)"
+      R"( --set 'model.moe.options={"num_moe_experts": 4, "moe_router_topk": 2, "moe_aux_loss_coeff": 0.1,)"
+      R"( "moe_z_loss_coeff": 0.01, "moe_shared_expert_intermediate_size": 16}')";
+  plexus::test::train_ranks(corpus, root / "cp1", 1, moe);
+  plexus::test::train_ranks(corpus, root / "cp2", 2, moe + topology(R"("cp": 2)"));
+  expect_close(root / "cp1", root / "cp2");
+  plexus::test::train_ranks(corpus, root / "cp2_ep2", 2, moe + topology(R"("cp": 2, "ep": 2)"));
+  expect_close(root / "cp1", root / "cp2_ep2");
+  // The reported aux loss is the whole microbatch's, as on one rank.
+  const auto aux = [](const fs::path& run) {
+    return plexus::test::records(run / "metrics.jsonl", "step").front().at("moe/layer0.aux_loss").as_double();
+  };
+  BOOST_TEST(aux(root / "cp2") == aux(root / "cp1"), boost::test_tools::tolerance(1e-6));
 }
 
 // What context parallelism is for: a sequence's activations divided over the ranks. At 4096

@@ -132,9 +132,12 @@ MoeConfig read_config(const plx_layer_create_args& args) {
   const plexus::sdk::Group expert_tp = plexus::sdk::Group::find(host, "expert_tp");
   const plexus::sdk::Group ep = plexus::sdk::Group::find(host, "ep");
   const std::string at = std::string(kComponent) + " at tp " + std::to_string(tp.size()) + ": ";
-  // Megatron sums the router's token counts over tp x cp; here only over tp.
-  if (const plexus::sdk::Group cp = plexus::sdk::Group::find(host, "cp"); cp.size() > 1)
-    throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) + " under context parallelism (a cp group of " +
+  // Context parallelism runs the layer on each rank's chunks of the sequences (the router's counts
+  // summed over tp x cp, as Megatron sums them); on the CPU only.
+  if (const plexus::sdk::Group cp = plexus::sdk::Group::find(host, "cp");
+      cp.size() > 1 && device.device_type != kDLCPU)
+    throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) +
+                                         " on CUDA under context parallelism (a cp group of " +
                                          std::to_string(cp.size()) + " ranks) is not built; set cp to 1");
   if (expert_tp.size() > 1)
     throw Error(PLX_ERR_UNSUPPORTED,
@@ -183,6 +186,8 @@ class MoeLayer final : public plexus::sdk::Layer {
       : config_(read_config(args)),
         layer_index_(args.layer_index),
         sequence_(plexus::sdk::Group::find(plexus::sdk::Host::current(), "tp")),
+        cp_size_(plexus::sdk::Group::find(plexus::sdk::Host::current(), "cp").size()),
+        tokens_(plexus::sdk::Group::find(plexus::sdk::Host::current(), cp_size_ > 1 ? "tp_cp" : "tp")),
         ep_(ExpertGroup::find(*plexus::sdk::Host::current().api(), config_.experts)),
         load_(config_.experts),
         device_(args.device) {
@@ -458,11 +463,11 @@ class MoeLayer final : public plexus::sdk::Layer {
   void report(double aux_loss, double z_loss, int64_t dropped) const {
     const plexus::sdk::Host host = plexus::sdk::Host::current();
     const plx_host_api* api = host.api();
-    if (sequence_.size() > 1) {  // each rank's losses are its tokens' parts: the whole microbatch's sum
+    if (tokens_.size() > 1) {  // each rank's losses are its tokens' parts: the whole microbatch's sum
       double losses[2] = {aux_loss, z_loss};
       int64_t extent = 2;
       DLTensor view{losses, DLDevice{kDLCPU, 0}, 1, DLDataType{kDLFloat, 64, 1}, &extent, nullptr, 0};
-      sequence_.all_reduce(view);
+      tokens_.all_reduce(view);
       aux_loss = losses[0];
       z_loss = losses[1];
     }
@@ -485,7 +490,7 @@ class MoeLayer final : public plexus::sdk::Layer {
       on_device = [&](plx_group group, std::vector<double>& values) {
         device_impl_->all_reduce_sum(*host.api(), group, values);
       };
-    const std::vector<double> counts = load_.take_global(*host.api(), on_device, sequence_);
+    const std::vector<double> counts = load_.take_global(*host.api(), on_device, tokens_);
     const plx_host_api* api = host.api();
     double total = 0;
     for (double n : counts) total += n;
@@ -548,7 +553,7 @@ class MoeLayer final : public plexus::sdk::Layer {
         k::layernorm_forward<T>(n, c.hidden, data<T>(args.inputs[0]), w_norm, data<T>(args.params[1]),
                                 static_cast<T>(c.prenorm_eps), u, xhat, rstd);
       router_forward<T>(c, n, u, data<T>(args.params[router_index_]),
-                        c.expert_bias ? data<T>(args.params[bias_index_]) : nullptr, st.router, sequence_);
+                        c.expert_bias ? data<T>(args.params[bias_index_]) : nullptr, st.router, tokens_);
       int64_t dropped = 0;
       if (c.capacity_factor > 0)
         dropped = apply_capacity<T>(c, n, st.router.chosen.data(), st.router.probs.data<T>(), st.kept);
@@ -706,7 +711,9 @@ class MoeLayer final : public plexus::sdk::Layer {
                             data<T>(args.params[shared_index_ + 2]), c.hidden, T(1), du, c.hidden);
     }
     T* dlogits = st.dlogits.get<T>(sz(n * c.experts));
-    router_backward<T>(c, st.router, st.dprobs.data<T>(), plx_backward_loss_scale(&args), dlogits);
+    // Under context parallelism the router's gradients are averaged over the cp ranks, whose aux
+    // and z losses are parts of one sum: their terms count cp times (Megatron's x cp).
+    router_backward<T>(c, st.router, st.dprobs.data<T>(), plx_backward_loss_scale(&args) * cp_size_, dlogits);
     const T* w_router = data<T>(args.params[router_index_]);
     k::gemm_parallel<T>(k::Trans::N, k::Trans::N, n, c.hidden, c.experts, T(1), dlogits, c.experts, w_router,
                         c.hidden, T(1), du, c.hidden);
@@ -902,6 +909,10 @@ class MoeLayer final : public plexus::sdk::Layer {
   // The tp group: under sequence parallelism (required at tp > 1) the ranks holding the
   // microbatch's other tokens; one rank otherwise.
   plexus::sdk::Group sequence_;
+  // Context parallelism: the cp group's size, and the ranks holding the microbatch's other tokens
+  // (tp x cp; tp alone without cp), over which the router's counts and losses are summed.
+  int32_t cp_size_ = 1;
+  plexus::sdk::Group tokens_;
   ExpertGroup ep_;                 // this rank's experts: all of them without an ep group
   std::vector<Step> steps_;        // stage index -> step
   std::deque<std::string> names_;  // the specs' names point into it (a deque never moves them)
