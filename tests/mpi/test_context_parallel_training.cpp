@@ -43,6 +43,9 @@ const std::string kModel =
     " --set checkpoint.interval=10 --set optimizer.lr_warmup_steps=0 --set optimizer.adam_eps=1"
     " --set optimizer.lr=0.2";
 const std::string kGqa = " --set model.num_query_groups=2 --set model.activation=swiglu";
+const std::string kHybrid =
+    R"( --set 'plugins.load=["sequential_scheduler","transformer","hybrid_stack","mamba"]')"
+    " --set 'model.pattern=M*M-' --set model.num_layers=4";
 constexpr double kTolerance = 1e-6;
 constexpr int kSteps = 20;
 
@@ -106,8 +109,8 @@ BOOST_AUTO_TEST_CASE(cp_composes_with_dp_and_tp) {
 }
 
 // What context parallelism does not run is refused by name before training: a sequence that does
-// not cut into 2 cp chunks, and the layers not built for it (Mamba-2, multi-token prediction,
-// learned absolute positions).
+// not cut into 2 cp chunks, the layers not built for it (multi-token prediction, learned absolute
+// positions), and a Mamba-2 mixer whose groups do not divide over cp.
 BOOST_AUTO_TEST_CASE(unsupported_cp_runs_are_refused_by_name) {
   Corpus corpus;
   const fs::path root = corpus.dir.path();
@@ -122,10 +125,27 @@ BOOST_AUTO_TEST_CASE(unsupported_cp_runs_are_refused_by_name) {
   const std::string learned =
       refused("learned", R"( --set model.position_embedding_type=\"learned_absolute\")");
   BOOST_TEST(learned.find("learned_absolute") != std::string::npos, learned);
-  const std::string mamba = refused(
-      "mamba", R"( --set 'plugins.load=["sequential_scheduler","transformer","hybrid_stack","mamba"]')"
-               " --set 'model.pattern=M*' --set model.num_layers=2");
-  BOOST_TEST(mamba.find("mamba.mixer under context parallelism") != std::string::npos, mamba);
+  // Mamba-2 at cp 4 with 2 groups: each rank must hold whole groups of heads.
+  const std::string mamba = plexus::test::refused_run(
+      corpus, root / "mamba", 4,
+      kModel + topology(R"("cp": 4)") + kHybrid +
+          R"( --set 'model.mamba.options={"mamba_head_dim": 8, "mamba_num_groups": 2}')");
+  BOOST_TEST(mamba.find("mamba_num_groups") != std::string::npos, mamba);
+  BOOST_TEST(mamba.find("the 4 ranks of the cp group") != std::string::npos, mamba);
+}
+
+// A hybrid of Mamba-2, attention and MLP layers (configs/hybrid.json's pattern) at cp 2: each
+// rank runs the mixer on half of its heads over the whole sequence (the hidden states gathered,
+// out_proj's partial sums reduce-scattered back to its chunks), within 1e-6 of one rank.
+BOOST_AUTO_TEST_CASE(hybrid_mamba_under_cp_matches_one_rank) {
+  Corpus corpus;
+  const fs::path root = corpus.dir.path();
+  const std::string hybrid = kModel + kHybrid +
+                             R"( --set 'model.mamba.options={"mamba_state_dim": 16, "mamba_head_dim": 16,)"
+                             R"( "mamba_num_groups": 2, "chunk_size": 16}')";
+  plexus::test::train_ranks(corpus, root / "cp1", 1, hybrid);
+  plexus::test::train_ranks(corpus, root / "cp2", 2, hybrid + topology(R"("cp": 2)"));
+  expect_close(root / "cp1", root / "cp2");
 }
 
 // MoE layers under cp: the router's counts and its auxiliary and z losses are the whole

@@ -196,20 +196,20 @@ MixerConfig MixerConfig::read(const plexus::sdk::Host& host, plx_config options,
   return c;
 }
 
-void MixerConfig::split_over(int64_t tp_ranks) {
+void MixerConfig::split_over(int64_t ranks, const char* group) {
   const auto require = [&](int64_t value, const char* what) {
-    if (value % tp_ranks != 0)
+    if (value % ranks != 0)
       bad_option(what, std::string("(") + std::to_string(value) + ") is not divisible by the " +
-                           std::to_string(tp_ranks) +
-                           " ranks of the tp group (distributed.topology.options.tp): each rank holds whole "
-                           "groups of heads");
+                           std::to_string(ranks) + " ranks of the " + group +
+                           " group (distributed.topology.options." + group +
+                           "): each rank holds whole groups of heads");
   };
   require(whole_heads, kHeadsKey);
   require(whole_groups, "mamba_num_groups");
-  tp = tp_ranks;
-  heads = whole_heads / tp_ranks;
-  groups = whole_groups / tp_ranks;
-  d_inner = whole_d_inner / tp_ranks;
+  tp = ranks;
+  heads = whole_heads / ranks;
+  groups = whole_groups / ranks;
+  d_inner = whole_d_inner / ranks;
 }
 
 const char* options_schema() {

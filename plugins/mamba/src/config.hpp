@@ -54,9 +54,10 @@ struct MixerConfig {
   // what was expected. Absent options take their defaults (the engine fills them from the schema;
   // a host that does not validate gets the same values).
   static MixerConfig read(const plexus::sdk::Host& host, plx_config options, plx_config model);
-  // Divides heads, groups and d_inner over `tp` ranks (Megatron: heads % tp, groups % tp), each
-  // rank holding whole groups of whole heads; throws naming the option that tp does not divide.
-  void split_over(int64_t tp_ranks);
+  // Divides heads, groups and d_inner over the ranks of `group` ("tp", or "cp": the mixer under
+  // context parallelism takes 1/cp of the heads; Megatron: heads % n, groups % n), each rank
+  // holding whole groups of whole heads; throws naming the option that n does not divide.
+  void split_over(int64_t ranks, const char* group = "tp");
 };
 
 // The options' schema (JSON text, the subset docs/config.md describes), built from the same

@@ -8,6 +8,7 @@
 
 #include "checks.hpp"
 #include "config.hpp"
+#include "context_parallel.hpp"
 #include "device_impl.hpp"
 #include "mixer.hpp"
 #include "params.hpp"
@@ -69,26 +70,35 @@ uint32_t checked_layers(const plx_layer_create_args& args) {
   return num_layers;
 }
 
-// Megatron runs the mixer under cp by a head-parallel all-to-all (mamba_context_parallel.py),
-// which is not built here: refused by name. Returns tp, to sit in the member initializers.
-plexus::sdk::Group refuse_context_parallel(plexus::sdk::Group tp) {
-  const plexus::sdk::Group cp = plexus::sdk::Group::find(plexus::sdk::Host::current(), "cp");
-  if (cp.size() > 1)
-    throw plexus::sdk::Error(PLX_ERR_UNSUPPORTED, "mamba.mixer under context parallelism (a cp group of " +
-                                                      std::to_string(cp.size()) +
-                                                      " ranks) is not built; set cp to 1");
-  return tp;
+// Context parallelism (context_parallel.hpp) runs on the CPU, without tensor parallelism beside
+// it: refused by name otherwise. The config each rank computes with: its 1/cp of the heads.
+MixerConfig context_parallel_config(const plx_layer_create_args& args, const plexus::sdk::Group& tp,
+                                    const plexus::sdk::Group& cp, const MixerConfig& whole) {
+  if (cp.size() <= 1) return whole;
+  const std::string at = std::string(kComponent) + " under context parallelism (a cp group of " +
+                         std::to_string(cp.size()) + " ranks)";
+  if (args.device.device_type != kDLCPU)
+    throw Error(PLX_ERR_UNSUPPORTED, at + " runs on the CPU only; the CUDA mixer is whole (set cp to 1)");
+  if (tp.size() > 1)
+    throw Error(PLX_ERR_UNSUPPORTED, at + " with tensor parallelism beside it (tp " +
+                                         std::to_string(tp.size()) + ") is not built; set tp or cp to 1");
+  MixerConfig c = whole;
+  c.split_over(cp.size(), "cp");
+  return c;
 }
 
 class Mixer final : public plexus::sdk::Layer {
  public:
   explicit Mixer(const plx_layer_create_args& args)
-      : tp_(refuse_context_parallel(plexus::sdk::Group::find(plexus::sdk::Host::current(), "tp"))),
+      : tp_(plexus::sdk::Group::find(plexus::sdk::Host::current(), "tp")),
         sp_(tp_.size() > 1 && plexus::sdk::Host::current()
                                   .config_bool_if(args.model_config, "sequence_parallel")
                                   .value_or(false)),
         config_(read_config(args, tp_)),
         params_(declare_params(config_, checked_layers(args))),
+        cp_(plexus::sdk::Group::find(plexus::sdk::Host::current(), "cp")),
+        cp_config_(context_parallel_config(args, tp_, cp_, config_)),
+        cp_params_(declare_params(cp_config_, checked_layers(args))),
         device_(args.device),
         device_impl_(device_.device_type == kDLCUDA ? make_cuda_mixer(config_, device_) : nullptr) {}
 
@@ -271,6 +281,7 @@ class Mixer final : public plexus::sdk::Layer {
         return;
       }
     }
+    if (cp_.size() > 1) return cp_forward<T>(st, args, batch, seq, train);
     if (!sp_) {
       mixer_forward<T>(config_, weights<T>(args.params), batch, seq, data<T>(args.inputs[0]),
                        data<T>(args.outputs[0]), train ? &static_cast<MixerState&>(st) : nullptr);
@@ -304,7 +315,7 @@ class Mixer final : public plexus::sdk::Layer {
       throw Error(PLX_ERR_INVALID_ARGUMENT, std::string("backward in ") + plexus::sdk::dtype_name(dt) +
                                                 " after a forward in " +
                                                 plexus::sdk::dtype_name(dtype_of(st.precision)));
-    if (st.batch != batch || st.seq != (sp_ ? seq * tp_.size() : seq))
+    if (st.batch != batch || st.seq != seq * (sp_ ? tp_.size() : 1) * cp_.size())
       throw Error(PLX_ERR_INVALID_ARGUMENT, std::string("backward of shape [") + std::to_string(batch) +
                                                 ", " + std::to_string(seq) + "] after a forward of [" +
                                                 std::to_string(st.batch) + ", " + std::to_string(st.seq) +
@@ -322,6 +333,7 @@ class Mixer final : public plexus::sdk::Layer {
         return;
       }
     }
+    if (cp_.size() > 1) return cp_backward<T>(st, args, batch, seq, dh);
     if (!sp_) {
       mixer_backward<T>(config_, weights<T>(args.params), gradients<T>(args.param_grads),
                         static_cast<const MixerState&>(st), data<T>(args.grad_outputs[0]), dh, tp_);
@@ -340,12 +352,94 @@ class Mixer final : public plexus::sdk::Layer {
     if (dx != nullptr) std::copy(dx + tp_.rank() * rows * dm, dx + (tp_.rank() + 1) * rows * dm, dh);
   }
 
+  // Context parallelism: every rank's chunks gathered and put in sequence order, the mixer run on
+  // this rank's heads (its slices of the whole parameters), out_proj's partial sums put back in
+  // the ranks' order and reduce-scattered to each rank's chunks.
+  template <class T>
+  void cp_forward(MixerStateBase& st, const plx_forward_args& args, int64_t batch, int64_t seq, bool train) {
+    const int64_t rows = batch * seq, dm = config_.d_model;
+    const int32_t n = cp_.size();
+    const auto all = static_cast<std::size_t>(rows * n * dm);
+    std::vector<plexus::kernels::Buffer> slices(cp_params_.specs.size());
+    const std::vector<DLTensor> views = cp_slices<T>(args.params, slices, false);
+    plexus::kernels::Buffer gathered, x_buf, out_buf;
+    T* by_rank = gathered.get<T>(all);
+    cp_.gather_rows(data<T>(args.inputs[0]), by_rank, rows, dm, dtype_of(precision_v<T>), device_);
+    T* x = x_buf.get<T>(all);
+    cp_rows_to_sequence<T>(by_rank, x, batch, seq, dm, n);
+    T* out = out_buf.get<T>(all);
+    mixer_forward<T>(cp_config_, weights<T>(views.data()), batch, seq * n, x, out,
+                     train ? &static_cast<MixerState&>(st) : nullptr);
+    cp_rows_to_rank_major<T>(out, by_rank, batch, seq, dm, n);
+    cp_.finish(cp_.start_scatter_sum_rows(by_rank, data<T>(args.outputs[0]), rows, dm,
+                                          dtype_of(precision_v<T>), device_));
+  }
+
+  // The backward: every rank's output gradient gathered in sequence order, the mixer's backward on
+  // this rank's heads (the pre-norm's input gradient summed over cp), this rank's chunks of the
+  // input gradient, and the slices' gradients added into the whole ones (a whole parameter's / cp).
+  template <class T>
+  void cp_backward(MixerStateBase& st, const plx_backward_args& args, int64_t batch, int64_t seq, T* dh) {
+    const int64_t rows = batch * seq, dm = config_.d_model;
+    const int32_t n = cp_.size();
+    const auto all = static_cast<std::size_t>(rows * n * dm);
+    std::vector<plexus::kernels::Buffer> slices(cp_params_.specs.size()), grad_slices(slices.size());
+    const std::vector<DLTensor> views = cp_slices<T>(args.params, slices, false);
+    const std::vector<DLTensor> grads = cp_slices<T>(args.params, grad_slices, true);
+    plexus::kernels::Buffer gathered, dy_buf, dx_buf;
+    T* by_rank = gathered.get<T>(all);
+    cp_.gather_rows(data<T>(args.grad_outputs[0]), by_rank, rows, dm, dtype_of(precision_v<T>), device_);
+    T* dy = dy_buf.get<T>(all);
+    cp_rows_to_sequence<T>(by_rank, dy, batch, seq, dm, n);
+    T* dx = dh != nullptr ? dx_buf.get<T>(all) : nullptr;
+    mixer_backward<T>(cp_config_, weights<T>(views.data()), gradients<T>(grads.data()),
+                      static_cast<const MixerState&>(st), dy, dx, cp_);
+    if (dx != nullptr) {
+      cp_rows_to_rank_major<T>(dx, by_rank, batch, seq, dm, n);
+      std::copy_n(by_rank + cp_.rank() * rows * dm, rows * dm, dh);
+    }
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      if (args.param_grads[i].data == nullptr) continue;
+      const plx_param_spec& slice = cp_params_.specs[i];
+      const T scale = (slice.flags & PLX_PARAM_TENSOR_PARALLEL) != 0 ? T(1) : T(1) / static_cast<T>(n);
+      cp_add_slice<T>(slice, data<T>(grads[i]), cp_.rank(), n, scale, data<T>(args.param_grads[i]));
+    }
+  }
+
+  // This rank's slices of the whole parameters (zeros: zeroed buffers of their shapes, for the
+  // gradients), as tensors in the parameters' order.
+  template <class T>
+  std::vector<DLTensor> cp_slices(const DLTensor* whole, std::vector<plexus::kernels::Buffer>& buffers,
+                                  bool zeros) const {
+    std::vector<DLTensor> views(cp_params_.specs.size());
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      const plx_param_spec& slice = cp_params_.specs[i];
+      std::size_t count = 1;
+      for (uint32_t d = 0; d < slice.desc.ndim; ++d) count *= static_cast<std::size_t>(slice.desc.dims[d]);
+      T* values = zeros ? buffers[i].zeros<T>(count) : buffers[i].get<T>(count);
+      if (!zeros) cp_take_slice<T>(slice, data<T>(whole[i]), cp_.rank(), cp_.size(), values);
+      views[i] = DLTensor{values,
+                          device_,
+                          static_cast<int32_t>(slice.desc.ndim),
+                          dtype_of(precision_v<T>),
+                          const_cast<int64_t*>(slice.desc.dims),
+                          nullptr,
+                          0};
+    }
+    return views;
+  }
+
   plexus::sdk::Group tp_;  // the host's "tp" group (one rank without tensor parallelism)
   // Sequence parallelism (model_config.sequence_parallel, set by the host with a tp group only):
   // the hidden states in and out are this rank's block of the microbatch's tokens.
   bool sp_ = false;
   MixerConfig config_;
   ParamList params_;
+  // Context parallelism: the host's "cp" group, the config of this rank's heads and its
+  // parameters' slices (the whole config and parameters without cp).
+  plexus::sdk::Group cp_;
+  MixerConfig cp_config_;
+  ParamList cp_params_;
   DLDevice device_;
   // Set when the layer was created on a CUDA device: it then computes every forward and backward
   // and owns the states; null on the CPU.
