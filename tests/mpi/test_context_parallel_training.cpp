@@ -115,8 +115,8 @@ BOOST_AUTO_TEST_CASE(cp_composes_with_dp_tp_and_pp) {
 }
 
 // What context parallelism does not run is refused by name before training: a sequence that does
-// not cut into 2 cp chunks, the layers not built for it (multi-token prediction, learned absolute
-// positions), and a Mamba-2 mixer whose groups do not divide over cp.
+// not cut into 2 cp chunks, the layer not built for it (multi-token prediction), and a Mamba-2
+// mixer whose groups do not divide over cp.
 BOOST_AUTO_TEST_CASE(unsupported_cp_runs_are_refused_by_name) {
   Corpus corpus;
   const fs::path root = corpus.dir.path();
@@ -128,9 +128,6 @@ BOOST_AUTO_TEST_CASE(unsupported_cp_runs_are_refused_by_name) {
   BOOST_TEST(odd.find("multiple of 4") != std::string::npos, odd);
   const std::string mtp = refused("mtp", " --set model.mtp_num_layers=1");
   BOOST_TEST(mtp.find("transformer.mtp_entry") != std::string::npos, mtp);
-  const std::string learned =
-      refused("learned", R"( --set model.position_embedding_type=\"learned_absolute\")");
-  BOOST_TEST(learned.find("learned_absolute") != std::string::npos, learned);
   // Mamba-2 at cp 4 with 2 groups: each rank must hold whole groups of heads.
   const std::string mamba = plexus::test::refused_run(
       corpus, root / "mamba", 4,
@@ -164,6 +161,17 @@ BOOST_AUTO_TEST_CASE(hybrid_mamba_at_cp_4_matches_one_rank) {
   plexus::test::train_ranks(corpus, root / "cp1", 1, hybrid);
   plexus::test::train_ranks(corpus, root / "cp4", 4, hybrid + topology(R"("cp": 4)"));
   expect_close(root / "cp1", root / "cp4");
+}
+
+// Megatron's learned absolute positions under cp: each rank adds, and gives gradients to, the
+// rows of its tokens' global positions.
+BOOST_AUTO_TEST_CASE(learned_absolute_positions_under_cp) {
+  Corpus corpus;
+  const fs::path root = corpus.dir.path();
+  const std::string learned = kModel + R"( --set model.position_embedding_type=\"learned_absolute\")";
+  plexus::test::train_ranks(corpus, root / "cp1", 1, learned);
+  plexus::test::train_ranks(corpus, root / "cp2", 2, learned + topology(R"("cp": 2)"));
+  expect_close(root / "cp1", root / "cp2");
 }
 
 // MoE layers under cp: the router's counts and its auxiliary and z losses are the whole

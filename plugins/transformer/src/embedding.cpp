@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "context_parallel.hpp"
 #include "cuda_layers.hpp"
 #include "plexus_kernels/buffer.hpp"
 #include "plexus_kernels/embedding.hpp"
@@ -46,10 +47,6 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
                     "CUDA yet (it runs on the CPU; \"rope\" and \"none\" run on both)");
       // Megatron rolls an MTP depth's positions with its tokens; this engine embeds the rolled
       // tokens at unrolled positions, so the two would differ.
-      if (plexus::sdk::Group::find(host, "cp").size() > 1)
-        throw Error(PLX_ERR_UNSUPPORTED,
-                    "model.position_embedding_type \"learned_absolute\" under context parallelism is not "
-                    "built (use \"rope\" or \"none\", or set cp to 1)");
       if (host.config_int_if(args.model_config, "mtp_num_layers").value_or(0) > 0)
         throw Error(PLX_ERR_INVALID_ARGUMENT,
                     "model.position_embedding_type \"learned_absolute\" with "
@@ -127,9 +124,9 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
     const int32_t* ids = data<int32_t>(tokens);
     if (const int64_t bad = kernels::first_invalid_id(n, ids, vocab_); bad >= 0)
       throw_invalid_token(ids[bad], bad, seq, vocab_);
-    if (max_seq_ > 0 && seq > max_seq_)
+    if (max_seq_ > 0 && seq * cp_.size() > max_seq_)
       throw Error(PLX_ERR_INVALID_ARGUMENT,
-                  "input 0 (token ids): " + std::to_string(seq) +
+                  "input 0 (token ids): " + std::to_string(seq * cp_.size()) +
                       " positions per sequence, but embedding.position_embeddings.weight "
                       "has seq_length " +
                       std::to_string(max_seq_) + " rows");
@@ -188,7 +185,11 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
     }
     if (dpos != nullptr)  // dP[s] += sum_b dy[b, s], in batch order
       for (int64_t b = 0; b < batch; ++b)
-        for (int64_t i = 0; i < seq * hidden_; ++i) dpos[i] += dy[b * seq * hidden_ + i];
+        for (int64_t t = 0; t < seq; ++t) {
+          T* row = dpos + position(t, seq) * hidden_;
+          const T* d = dy + (b * seq + t) * hidden_;
+          for (int64_t i = 0; i < hidden_; ++i) row[i] += d[i];
+        }
     if (dw == nullptr) return;
     if (tp_.size() == 1) {
       kernels::embedding_backward<T>(n, hidden_, st.tokens.data(), dy, dw);
@@ -208,18 +209,29 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
                                    dw);
   }
 
-  // out[b, s, :] += P[s, :] (learned absolute positions; nothing without them).
+  // out[b, s, :] += P[position of s, :] (learned absolute positions; nothing without them).
   template <class T>
   void add_positions(const DLTensor* params, int64_t batch, int64_t seq, T* out) const {
     if (max_seq_ == 0) return;
     const T* pos = data<T>(params[1]);
     for (int64_t b = 0; b < batch; ++b)
-      for (int64_t i = 0; i < seq * hidden_; ++i) out[b * seq * hidden_ + i] += pos[i];
+      for (int64_t t = 0; t < seq; ++t) {
+        const T* row = pos + position(t, seq) * hidden_;
+        T* o = out + (b * seq + t) * hidden_;
+        for (int64_t i = 0; i < hidden_; ++i) o[i] += row[i];
+      }
+  }
+
+  // Token t's position in its sequence: under context parallelism its global one (this rank holds
+  // two chunks of each sequence, context_parallel.hpp).
+  int64_t position(int64_t t, int64_t seq) const {
+    return cp_.size() > 1 ? context_parallel_position(t, seq, cp_.rank(), cp_.size()) : t;
   }
 
   int64_t vocab_ = 0, hidden_ = 0;
   int64_t rows_ = 0, first_row_ = 0;  // this rank's rows of the padded vocabulary
   int64_t max_seq_ = 0;               // learned absolute positions: seq_length rows; 0: none
+  plexus::sdk::Group cp_ = plexus::sdk::Group::find(plexus::sdk::Host::current(), "cp");
 };
 
 }  // namespace
