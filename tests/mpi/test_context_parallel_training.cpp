@@ -127,7 +127,9 @@ BOOST_AUTO_TEST_CASE(unsupported_cp_runs_are_refused_by_name) {
   BOOST_TEST(odd.find("model.seq_length") != std::string::npos, odd);
   BOOST_TEST(odd.find("multiple of 4") != std::string::npos, odd);
   const std::string mtp = refused("mtp", " --set model.mtp_num_layers=1");
+  // The MTP entry does not declare PLX_LAYER_CONTEXT_PARALLEL: the host refuses it by name.
   BOOST_TEST(mtp.find("transformer.mtp_entry") != std::string::npos, mtp);
+  BOOST_TEST(mtp.find("PLX_LAYER_CONTEXT_PARALLEL") != std::string::npos, mtp);
   // Mamba-2 at cp 4 with 2 groups: each rank must hold whole groups of heads.
   const std::string mamba = plexus::test::refused_run(
       corpus, root / "mamba", 4,
@@ -137,30 +139,24 @@ BOOST_AUTO_TEST_CASE(unsupported_cp_runs_are_refused_by_name) {
   BOOST_TEST(mamba.find("the 4 ranks of the cp group") != std::string::npos, mamba);
 }
 
-// A hybrid of Mamba-2, attention and MLP layers (configs/hybrid.json's pattern) at cp 2: each
-// rank runs the mixer on half of its heads over the whole sequence (the hidden states gathered,
-// out_proj's partial sums reduce-scattered back to its chunks), within 1e-6 of one rank.
+// A hybrid of Mamba-2, attention and MLP layers (configs/hybrid.json's pattern) at cp 2 and 4:
+// each rank runs the mixer on its share of the groups of heads over the whole sequence (the hidden
+// states gathered, out_proj's partial sums reduce-scattered back to its chunks), within 1e-6 of
+// one rank.
 BOOST_AUTO_TEST_CASE(hybrid_mamba_under_cp_matches_one_rank) {
   Corpus corpus;
   const fs::path root = corpus.dir.path();
-  const std::string hybrid = kModel + kHybrid +
-                             R"( --set 'model.mamba.options={"mamba_state_dim": 16, "mamba_head_dim": 16,)"
-                             R"( "mamba_num_groups": 2, "chunk_size": 16}')";
-  plexus::test::train_ranks(corpus, root / "cp1", 1, hybrid);
-  plexus::test::train_ranks(corpus, root / "cp2", 2, hybrid + topology(R"("cp": 2)"));
-  expect_close(root / "cp1", root / "cp2");
-}
-
-// The hybrid at cp 4: 4 groups of heads, one group per rank.
-BOOST_AUTO_TEST_CASE(hybrid_mamba_at_cp_4_matches_one_rank) {
-  Corpus corpus;
-  const fs::path root = corpus.dir.path();
-  const std::string hybrid = kModel + kHybrid +
-                             R"( --set 'model.mamba.options={"mamba_state_dim": 16, "mamba_head_dim": 16,)"
-                             R"( "mamba_num_groups": 4, "chunk_size": 16}')";
-  plexus::test::train_ranks(corpus, root / "cp1", 1, hybrid);
-  plexus::test::train_ranks(corpus, root / "cp4", 4, hybrid + topology(R"("cp": 4)"));
-  expect_close(root / "cp1", root / "cp4");
+  for (const int cp : {2, 4}) {  // as many groups as ranks: one group each at cp 4
+    const std::string hybrid = kModel + kHybrid +
+                               R"( --set 'model.mamba.options={"mamba_state_dim": 16, "mamba_head_dim": 16,)"
+                               R"( "chunk_size": 16, "mamba_num_groups": )" +
+                               std::to_string(cp) + "}'";
+    const fs::path one = root / ("cp1_groups" + std::to_string(cp));
+    const fs::path split = root / ("cp" + std::to_string(cp));
+    plexus::test::train_ranks(corpus, one, 1, hybrid);
+    plexus::test::train_ranks(corpus, split, cp, hybrid + topology("\"cp\": " + std::to_string(cp)));
+    expect_close(one, split);
+  }
 }
 
 // Megatron's learned absolute positions under cp: each rank adds, and gives gradients to, the

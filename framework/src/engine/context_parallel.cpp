@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "plexus/cpp/context_parallel.hpp"
+
 namespace plexus {
 
 void take_context_parallel_chunks(const Tensor& whole, Tensor& local, int64_t rank, int64_t size) {
@@ -15,11 +17,14 @@ void take_context_parallel_chunks(const Tensor& whole, Tensor& local, int64_t ra
                                 ", " + std::to_string(local.shape()[1]) + "]");
   const int32_t* from = whole.data<int32_t>();
   int32_t* to = local.data<int32_t>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const int32_t* row = from + r * seq;
-    std::copy_n(row + rank * chunk, chunk, to + r * 2 * chunk);
-    std::copy_n(row + (2 * size - 1 - rank) * chunk, chunk, to + r * 2 * chunk + chunk);
-  }
+  // Each of this rank's two chunks, from where the SDK's layout places its first token.
+  const int64_t held = 2 * chunk;  // this rank's tokens of a sequence
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < 2; ++c)
+      std::copy_n(from + r * seq +
+                      sdk::context_parallel_position(c * chunk, held, static_cast<int32_t>(rank),
+                                                     static_cast<int32_t>(size)),
+                  chunk, to + r * held + c * chunk);
 }
 
 }  // namespace plexus

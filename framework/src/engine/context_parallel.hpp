@@ -1,8 +1,7 @@
-// Context parallelism's load-balanced layout (Megatron's get_batch_on_this_cp_rank): each
-// sequence is cut into 2 cp chunks and cp rank r keeps chunks r and 2 cp - 1 - r, in that order,
-// so that under the causal mask every rank has the same share of the attention's work. The
-// layers see the rank's 2 chunks as one sequence; transformer.attention places them at their
-// global positions.
+// Context parallelism's load-balanced layout (Megatron's get_batch_on_this_cp_rank; the SDK's
+// plexus/cpp/context_parallel.hpp states it for the layers): each sequence is cut into 2 cp
+// chunks and cp rank r keeps chunks r and 2 cp - 1 - r, in that order, so that under the causal
+// mask every rank has the same share of the attention's work.
 #pragma once
 
 #include <cstdint>

@@ -112,6 +112,7 @@ Model::Model(const PluginHost& host, const boost::json::value& run_config, Model
                               "\"bf16\" needs a CUDA device (run.device = \"cuda\" or \"cuda:N\"); on " +
                                   device::name(device_) + " the model computes in float32 (\"fp32\")");
   params_.set_device(device_);
+  context_parallel_ = options.context_parallel;
   if (options.tensor_group != nullptr && options.tensor_group->size() > 1) {
     tensor_group_ = options.tensor_group;
     params_.set_tensor_parallel(static_cast<int32_t>(tensor_group_->rank()),
@@ -261,6 +262,12 @@ void Model::build_unit(const UnitSource& source) {
       (info.flags & PLX_LAYER_PRODUCES_LOSS) == 0)
     throw std::runtime_error(unit->label +
                              ": the model's head must produce a loss (PLX_LAYER_PRODUCES_LOSS)");
+  if (context_parallel_ && (info.flags & PLX_LAYER_CONTEXT_PARALLEL) == 0)
+    throw std::runtime_error(
+        unit->label +
+        ": the layer does not declare PLX_LAYER_CONTEXT_PARALLEL (ABI 1.9), so it is not known "
+        "to be correct on a cp rank's chunks of each sequence; set "
+        "distributed.topology.options.cp to 1");
   unit->num_outputs = info.num_outputs;
   for (uint32_t s = 0; s < info.num_stages; ++s) unit->stages.push_back(unit->layer->stage(s));
   for (uint32_t p = 0; p < info.num_params; ++p) {

@@ -135,6 +135,7 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   if (runtime != nullptr)
     if (const distributed::Communicator* tp = runtime->group("tp"); tp != nullptr && tp->size() > 1)
       options.tensor_group = tp;
+  options.context_parallel = t.cp != nullptr;
   if (t.pp != nullptr) {
     t.layout = pipeline_layout(plan_decoder(host, rc), PipelineSettings::from_run_config(rc), t.pp->size());
     options.placement = t.layout.placement_of(static_cast<uint32_t>(t.pp->rank()));

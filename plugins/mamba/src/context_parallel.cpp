@@ -3,15 +3,10 @@
 #include <algorithm>
 #include <functional>
 
+#include "plexus/cpp/context_parallel.hpp"
+
 namespace plexus::mamba {
 namespace {
-
-// The global position of local token t of cp rank r (chunks r and 2 ranks - 1 - r, seq_local / 2
-// tokens each).
-int64_t position(int64_t t, int64_t seq_local, int32_t rank, int32_t ranks) {
-  const int64_t chunk = seq_local / 2;
-  return (t < chunk ? rank : 2 * ranks - 1 - rank) * chunk + t % chunk;
-}
 
 // Calls visit(whole offset, slice offset, run length) for every contiguous run of the slice,
 // in the slice's row-major order.
@@ -55,8 +50,9 @@ void cp_rows_to_sequence(const T* rank_major, T* sequence, int64_t batch, int64_
   for (int32_t r = 0; r < ranks; ++r)
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t t = 0; t < seq_local; ++t)
-        std::copy_n(rank_major + ((r * batch + b) * seq_local + t) * cols, cols,
-                    sequence + (b * seq + position(t, seq_local, r, ranks)) * cols);
+        std::copy_n(
+            rank_major + ((r * batch + b) * seq_local + t) * cols, cols,
+            sequence + (b * seq + plexus::sdk::context_parallel_position(t, seq_local, r, ranks)) * cols);
 }
 
 template <class T>
@@ -66,8 +62,9 @@ void cp_rows_to_rank_major(const T* sequence, T* rank_major, int64_t batch, int6
   for (int32_t r = 0; r < ranks; ++r)
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t t = 0; t < seq_local; ++t)
-        std::copy_n(sequence + (b * seq + position(t, seq_local, r, ranks)) * cols, cols,
-                    rank_major + ((r * batch + b) * seq_local + t) * cols);
+        std::copy_n(
+            sequence + (b * seq + plexus::sdk::context_parallel_position(t, seq_local, r, ranks)) * cols,
+            cols, rank_major + ((r * batch + b) * seq_local + t) * cols);
 }
 
 template <class T>

@@ -105,6 +105,7 @@ class Mixer final : public plexus::sdk::Layer {
   plx_layer_info info() const override {
     plx_layer_info i{};
     i.struct_size = sizeof(i);
+    i.flags = PLX_LAYER_CONTEXT_PARALLEL;  // head-parallel over cp (context_parallel.hpp)
     i.num_params = static_cast<uint32_t>(params_.specs.size());
     i.num_stages = 1;
     i.num_inputs = 1;

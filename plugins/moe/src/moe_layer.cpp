@@ -254,6 +254,7 @@ class MoeLayer final : public plexus::sdk::Layer {
     plx_layer_info i{};
     i.struct_size = sizeof(i);
     i.num_params = static_cast<uint32_t>(specs_.size());
+    i.flags = PLX_LAYER_CONTEXT_PARALLEL;  // each rank's tokens; counts summed over tp x cp
     i.num_stages = static_cast<uint32_t>(steps_.size());
     i.num_inputs = 1;
     i.num_outputs = 1;

@@ -225,7 +225,7 @@ template <class Derived, class State>
 class HiddenLayer : public LayerShell<Derived, State> {
  public:
   HiddenLayer(const char* component, const plx_layer_create_args& args)
-      : LayerShell<Derived, State>(component, args, 1, 1),
+      : LayerShell<Derived, State>(component, args, 1, 1, PLX_LAYER_CONTEXT_PARALLEL),
         hidden_(positive_int(plexus::sdk::Host::current(), args.model_config, "hidden_size")) {}
 
   void output_desc(uint32_t num_inputs, const plx_tensor_desc* inputs, uint32_t num_outputs,

@@ -33,12 +33,6 @@ double dot(const T* a, const T* b, int64_t n) {
 
 }  // namespace
 
-int64_t context_parallel_position(int64_t t, int64_t seq, int32_t rank, int32_t size) {
-  const int64_t chunk = seq / 2;
-  const int64_t which = t < chunk ? rank : 2 * size - 1 - rank;
-  return which * chunk + t % chunk;
-}
-
 template <class T>
 void rope_at_global_positions(const ContextParallelLayout& l, T* x, int64_t ld, const int64_t* cols,
                               int64_t num_heads, const T* cos_table, const T* sin_table, bool inverse) {

@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "plexus/cpp/context_parallel.hpp"
+
 namespace plexus::transformer {
 
 struct ContextParallelLayout {
@@ -32,8 +34,8 @@ struct ContextParallelLayout {
   int64_t tokens() const { return batch * seq; }
 };
 
-// The global position of token t (0 <= t < seq) of cp rank `rank`.
-int64_t context_parallel_position(int64_t t, int64_t seq, int32_t rank, int32_t size);
+// The global position of token t (0 <= t < seq) of cp rank `rank` (the host's layout).
+using plexus::sdk::context_parallel_position;
 
 // RoPE on the heads at `cols` of this rank's rows [batch, seq, ld], each row at its token's global
 // position (the tables cover the whole sequence); inverse: the backward's rotation.

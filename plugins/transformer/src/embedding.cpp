@@ -26,7 +26,8 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
   friend class LayerShell<Embedding, EmbeddingState>;
 
  public:
-  explicit Embedding(const plx_layer_create_args& args) : LayerShell("transformer.embedding", args, 1, 1) {
+  explicit Embedding(const plx_layer_create_args& args)
+      : LayerShell("transformer.embedding", args, 1, 1, PLX_LAYER_CONTEXT_PARALLEL) {
     const auto host = plexus::sdk::Host::current();
     vocab_ = positive_int(host, args.model_config, "vocab_size");
     hidden_ = positive_int(host, args.model_config, "hidden_size");

@@ -32,7 +32,7 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
 
  public:
   explicit LmHead(const plx_layer_create_args& args)
-      : LayerShell("transformer.lm_head", args, 2, 2, PLX_LAYER_PRODUCES_LOSS) {
+      : LayerShell("transformer.lm_head", args, 2, 2, PLX_LAYER_PRODUCES_LOSS | PLX_LAYER_CONTEXT_PARALLEL) {
     const auto host = plexus::sdk::Host::current();
     const plx_config m = args.model_config;
     vocab_ = positive_int(host, m, "vocab_size");

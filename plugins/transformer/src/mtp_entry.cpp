@@ -32,13 +32,6 @@ class MtpEntry final : public LayerShell<MtpEntry, EntryState> {
  public:
   explicit MtpEntry(const plx_layer_create_args& args) : LayerShell("transformer.mtp_entry", args, 2, 1) {
     const auto host = plexus::sdk::Host::current();
-    // A depth's tokens are the sequence rolled by one: across the cp ranks' chunks that is a
-    // transfer this layer does not make.
-    if (const plexus::sdk::Group cp = plexus::sdk::Group::find(host, "cp"); cp.size() > 1)
-      throw Error(PLX_ERR_UNSUPPORTED,
-                  "transformer.mtp_entry (model.mtp_num_layers > 0) under context "
-                  "parallelism (a cp group of " +
-                      std::to_string(cp.size()) + " ranks) is not built; set cp to 1");
     hidden_ = positive_int(host, args.model_config, "hidden_size");
     norm_ = NormSpec::read(host, args.model_config, hidden_);
     const double std_dev = positive_number(host, args.model_config, "init_method_std");

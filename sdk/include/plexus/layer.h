@@ -109,6 +109,12 @@ typedef struct plx_param_spec {
 /* Layer flags (plx_layer_info.flags). */
 #define PLX_LAYER_PRODUCES_LOSS (1u << 0)   /* output 0 is a scalar loss; backward seeds from it */
 #define PLX_LAYER_HAS_OUTPUT_BIAS (1u << 1) /* output 1 is F's output bias, for fused bias-add */
+/* ABI 1.9: the layer is correct on a cp rank's chunks of each sequence (plexus/cpp/
+ * context_parallel.hpp): it works token by token, or exchanges what it needs over the host's "cp"
+ * group itself. With a cp group of more than one rank the host refuses a model with a layer
+ * that does not set it, since a layer that mixes tokens unaware of the split would be silently
+ * wrong. */
+#define PLX_LAYER_CONTEXT_PARALLEL (1u << 2)
 
 typedef struct plx_layer_info {
   uint32_t struct_size;

@@ -121,6 +121,9 @@ struct ModelOptions {
   // Without a group: the tp size whose vocabulary padding the model takes (plexus model show --tp
   // shows a model laid out for tp ranks from one process).
   int64_t padding_tp = 1;
+  // Context parallelism: every layer gets this rank's chunks of each sequence, and must say it is
+  // correct on them (PLX_LAYER_CONTEXT_PARALLEL).
+  bool context_parallel = false;
 };
 
 class StepProfile;
@@ -303,6 +306,7 @@ class Model {
   std::unique_ptr<ParameterResidency> residency_;
   std::unique_ptr<PipelineLink> link_;  // pipelined: the transfers between stages
   const distributed::Communicator* tensor_group_ = nullptr;
+  bool context_parallel_ = false;  // ModelOptions::context_parallel
   bool sequence_parallel_ = false;
   std::unique_ptr<ConfigHandle> model_config_;
   std::vector<std::unique_ptr<Unit>> units_;  // every chunk's, in forward order
