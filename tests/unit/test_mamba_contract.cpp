@@ -44,7 +44,7 @@ void expect_params(const Config& c, const std::vector<Expect>& expected) {
   const plx_layer_info info = layer->info();
   BOOST_TEST(info.num_inputs == 1u);
   BOOST_TEST(info.num_outputs == 1u);
-  BOOST_TEST(info.flags == 0u);
+  BOOST_TEST(info.flags == static_cast<uint32_t>(PLX_LAYER_CONTEXT_PARALLEL));  // head-parallel over cp
   BOOST_TEST(info.num_stages == 1u);
   BOOST_TEST(std::string(layer->stage(0).name) == "mamba.mixer");
   BOOST_TEST(layer->stage(0).kind == static_cast<uint32_t>(PLX_STAGE_COMPUTE));

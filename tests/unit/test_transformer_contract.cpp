@@ -400,7 +400,7 @@ BOOST_AUTO_TEST_CASE(inputs_outputs_and_flags) {
   const tt::Model m = small();
   tt::Layer head("transformer.lm_head", m);
   const plx_layer_info info = head->info();
-  BOOST_TEST(info.flags == static_cast<uint32_t>(PLX_LAYER_PRODUCES_LOSS));
+  BOOST_TEST(info.flags == static_cast<uint32_t>(PLX_LAYER_PRODUCES_LOSS | PLX_LAYER_CONTEXT_PARALLEL));
   BOOST_TEST(info.num_inputs == 2u);
   BOOST_TEST(info.num_outputs == 2u);
   std::vector<Tensor> in = {Tensor({2, 5, 12}, kF64), Tensor({2, 5}, plx_dtype_i32())};
@@ -413,7 +413,8 @@ BOOST_AUTO_TEST_CASE(inputs_outputs_and_flags) {
   BOOST_TEST(out[1].dims[2] == 11);
   for (const char* name : {"transformer.attention", "transformer.mlp", "transformer.norm"}) {
     tt::Layer layer(name, m);
-    BOOST_TEST(layer->info().flags == 0u);
+    // Correct on a cp rank's chunks: token-local, or (attention) exchanging over cp itself.
+    BOOST_TEST(layer->info().flags == static_cast<uint32_t>(PLX_LAYER_CONTEXT_PARALLEL));
     for (DLDataType dt : {kF32, kF64}) {
       std::vector<Tensor> x = {Tensor({3, 4, 12}, dt)};
       const auto d = layer->output_desc(tt::descs(x));
