@@ -149,6 +149,7 @@ int main(int argc, char** argv) {
       if (runtime->world_size() > 1 && run_config.at("run").at("device").as_string() == "cuda")
         run_config.at("run").as_object()["device"] = "cuda:" + std::to_string(launch.local_rank);
 
+      plexus::require_one_model_grid(*runtime);
       trainer = std::make_unique<plexus::Trainer>(
           host, run_config, plexus::make_indexed_data_source(run_config, data_parallel_size(*runtime)),
           runtime.get());

@@ -21,10 +21,12 @@ int64_t get_int(const boost::json::value& root, const char* section, const char*
   return root.at(section).at(key).to_number<int64_t>();
 }
 
-// Context parallelism is not built: its groups must be single ranks. (Tensor parallelism is the
+// What the trainer checks of the groups before it builds anything. (Tensor parallelism is the
 // layers' own: each refuses a tp or expert_tp group it cannot split over, by name.)
-// Context parallelism cuts each sequence into 2 cp equal chunks (context_parallel.hpp).
+// - One model over one grid (require_one_model_grid).
+// - Context parallelism cuts each sequence into 2 cp equal chunks (context_parallel.hpp).
 void require_supported_parallelism(const distributed::Runtime& runtime, int64_t seq_length) {
+  require_one_model_grid(runtime);
   const distributed::Communicator* cp = runtime.group("cp");
   if (cp != nullptr && cp->size() > 1 && seq_length % (2 * cp->size()) != 0)
     throw config::ConfigError("model.seq_length",
@@ -72,6 +74,20 @@ boost::json::object traffic_since(const std::vector<std::pair<std::string, distr
 }
 
 }  // namespace
+
+void require_one_model_grid(const distributed::Runtime& runtime) {
+  // Without this check the trainer would find no "dp" among a module layout's kinds and take the
+  // whole world for data-parallel replicas of one model.
+  for (const std::string& kind : runtime.group_kinds())
+    if (const auto slash = kind.find('/'); slash != std::string::npos)
+      throw config::ConfigError(
+          "distributed.topology",
+          "the topology lays out modules on grids of their own (kinds such as '" + kind +
+              "'); plexus-train trains one model over one grid, and training the modules of a MIMO model "
+              "on their own grids is not built yet: use the \"grid\" provider (plexus topology N --config "
+              "FILE "
+              "shows what a module layout would be)");
+}
 
 Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::unique_ptr<DataSource> data,
                  const distributed::Runtime* runtime)

@@ -10,9 +10,12 @@
 #include <string>
 
 #include "plexus/host.h"
-#include "rank_grid.hpp"
+#include "plexus_rank_grid/rank_grid.hpp"
 
 namespace plexus::topology_default {
+
+using rank_grid::Axis;
+using rank_grid::RankGrid;
 
 struct GridOptions {
   int64_t tp = 1;

@@ -9,7 +9,7 @@
 
 #include "layout.hpp"
 #include "plexus/cpp/plugin.hpp"
-#include "rank_grid.hpp"
+#include "plexus_rank_grid/rank_grid.hpp"
 
 namespace plexus::topology_default {
 namespace {

@@ -51,6 +51,11 @@ data::MegatronDataConfig megatron_data_config(const boost::json::value& run_conf
 std::unique_ptr<DataSource> make_indexed_data_source(const boost::json::value& run_config,
                                                      int64_t data_parallel_size = 1);
 
+// Refuses (ConfigError at distributed.topology) a topology whose groups belong to modules on
+// grids of their own ("images/tp": the mimo provider): the trainer trains one model over one
+// grid. The Trainer checks it; a program calls it first to say so before reading any data.
+void require_one_model_grid(const distributed::Runtime& runtime);
+
 struct TrainerEvents {
   // Called with each metrics record (also written to metrics.jsonl).
   std::function<void(const boost::json::object&)> on_metrics;

@@ -1,12 +1,12 @@
 // The masked orthogonal enumeration of rank_grid.hpp.
-#include "rank_grid.hpp"
+#include "plexus_rank_grid/rank_grid.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
-namespace plexus::topology_default {
+namespace plexus::rank_grid {
 
 namespace {
 
@@ -29,7 +29,8 @@ struct Digits {
 
 }  // namespace
 
-RankGrid::RankGrid(std::vector<Axis> axes) : axes_(std::move(axes)) {
+RankGrid::RankGrid(std::vector<Axis> axes, int32_t offset) : axes_(std::move(axes)), offset_(offset) {
+  if (offset < 0) throw std::logic_error("rank grid: offset " + std::to_string(offset) + " is negative");
   for (const Axis& a : axes_) {
     if (a.size < 1)
       throw std::logic_error("rank grid: axis " + a.name + " has size " + std::to_string(a.size));
@@ -53,7 +54,7 @@ std::vector<std::vector<int32_t>> RankGrid::groups(const std::vector<std::string
   }
   std::vector<std::vector<int32_t>> out(static_cast<std::size_t>(across.count));
   for (int32_t g = 0; g < across.count; ++g) {
-    const int32_t base = across.offset(g);
+    const int32_t base = offset_ + across.offset(g);
     std::vector<int32_t>& group = out[static_cast<std::size_t>(g)];
     group.reserve(static_cast<std::size_t>(inside.count));
     for (int32_t i = 0; i < inside.count; ++i) group.push_back(base + inside.offset(i));
@@ -61,4 +62,4 @@ std::vector<std::vector<int32_t>> RankGrid::groups(const std::vector<std::string
   return out;
 }
 
-}  // namespace plexus::topology_default
+}  // namespace plexus::rank_grid
