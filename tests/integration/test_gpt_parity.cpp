@@ -105,6 +105,11 @@ void check_parity(const std::vector<std::string>& overrides) {
   batch_file.add("targets", plexus::checkpoint::DType::i32, all_targets.shape(), bytes_of(all_targets));
   batch_file.write(dir.path() / "batch.safetensors");
   boost::json::object model_spec = settings.layer_config;
+  // The attention's own option (model.attention.options, default-filled by the checks), which the
+  // reference reads from its model section.
+  if (const boost::json::value* attention = setup.run_config.at("model").as_object().if_contains("attention"))
+    if (const boost::json::value* mask = attention->at("options").as_object().if_contains("attn_mask_type"))
+      model_spec["attn_mask_type"] = *mask;
   const boost::json::object spec{
       {"model", model_spec},
       {"no_decay", no_decay},
@@ -215,6 +220,14 @@ BOOST_AUTO_TEST_CASE(no_position_embedding_gqa) {
 BOOST_AUTO_TEST_CASE(learned_absolute_positions_layernorm_untied) {
   check_parity({"model.position_embedding_type=\"learned_absolute\"", "model.normalization=\"LayerNorm\"",
                 "model.untie_embeddings_and_output_weights=true"});
+}
+
+// Bidirectional attention (model.attention.options.attn_mask_type "no_mask", Megatron's
+// AttnMaskType.no_mask, as its CLIP ViT): every token sees the whole sequence, in every layer; the
+// reference drops its causal mask. GQA and learned absolute positions (no RoPE), as a ViT.
+BOOST_AUTO_TEST_CASE(no_mask_attention_gqa_learned_absolute_positions) {
+  check_parity({"model.attention.options.attn_mask_type=\"no_mask\"", "model.num_query_groups=2",
+                "model.position_embedding_type=\"learned_absolute\""});
 }
 
 BOOST_AUTO_TEST_CASE(layernorm_swiglu_gqa_untied) {

@@ -13,6 +13,8 @@
 // own block (diagonal chunks), blocks of lower ranks (its first chunk sees their first chunk
 // whole, its second chunk both), and blocks of higher ranks (only its second chunk sees them).
 // Tolerance 1e-12 of each tensor's largest element: float64 with only the order of sums changed.
+// Bidirectional attention (option attn_mask_type "no_mask") is refused on every rank, naming the
+// option: the context-parallel core is causal only.
 #define BOOST_TEST_MODULE context_parallel_attention
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>
@@ -215,6 +217,9 @@ BOOST_AUTO_TEST_CASE(ring_and_gathered_attention_equal_whole_attention_at_cp_2_a
     BOOST_TEST(job.status == 0, "mpirun -np " << cp << ":\n" << job.output);
     BOOST_TEST(plexus::test::count_of(job.output, "checked 4 cases") == static_cast<std::size_t>(cp),
                job.output);
+    BOOST_TEST(
+        plexus::test::count_of(job.output, "checked the no_mask refusal") == static_cast<std::size_t>(cp),
+        job.output);
   }
 }
 
@@ -229,6 +234,20 @@ BOOST_AUTO_TEST_CASE(every_case) {
     for (const char* comm_type : {"p2p", "all_gather"}) check_case(c, comm_type, dir);
   // The launcher counts this line on every rank: the checks ran.
   BOOST_TEST_MESSAGE("checked 4 cases");
+}
+
+BOOST_AUTO_TEST_CASE(no_mask_is_refused) {
+  const int32_t ranks = plexus::test::per_process<Started>().runtime->world_size();
+  const std::string e = tt::error_of([] {
+    const tt::ComponentLayer layer(
+        tt::component("transformer.attention"), boost::json::object{{"attn_mask_type", "no_mask"}},
+        "model.attention.options", model_section(kCases[0], "p2p"), 2, DLDevice{kDLCPU, 0});
+  });
+  BOOST_TEST((tt::mentions(e, "attn_mask_type \"no_mask\"") &&
+              tt::mentions(e, "the cp group has " + std::to_string(ranks) + " ranks")),
+             e);
+  // The launcher counts this line on every rank: the check ran.
+  BOOST_TEST_MESSAGE("checked the no_mask refusal");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

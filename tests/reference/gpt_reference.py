@@ -13,6 +13,9 @@ Usage (run with the system python, /usr/bin/python3, which sees Debian's python3
                    --out result.safetensors
 spec.json: {"model": {...the resolved model section...}, "no_decay": [names],
             "optimizer": {...}, "steps": N, "mhc": {...the mhc section...} (optional)}
+"model" may hold "attn_mask_type", the attention's option (model.attention.options, Megatron's
+AttnMaskType): "causal" (the default) or "no_mask", attention without the causal mask (every token
+sees the whole sequence, as Megatron's CLIP ViT).
 With "mhc" enabled, every sublayer is wrapped in mHC as docs/mhc.md describes, with the
 primitives of tests/reference/mhc_reference.py (the reference of the "mhc" family).
 With "mtp": {"depths": D, "scaling_factor": f} (D > 0), D multi-token-prediction depths follow
@@ -111,8 +114,12 @@ def attention(x, p, pre, m):
     k = k.repeat_interleave(per, dim=2)  # query head h reads group h // per
     v = v.repeat_interleave(per, dim=2)
     scores = torch.einsum("bshd,bthd->bhst", q, k) / math.sqrt(hd)
-    mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
-    probs = scores.masked_fill(mask, float("-inf")).softmax(-1)
+    if m.get("attn_mask_type", "causal") == "causal":
+        mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
+        scores = scores.masked_fill(mask, float("-inf"))
+    elif m["attn_mask_type"] != "no_mask":
+        raise ValueError(f"attn_mask_type {m['attn_mask_type']!r}: expected 'causal' or 'no_mask'")
+    probs = scores.softmax(-1)
     o = torch.einsum("bhst,bthd->bshd", probs, v).reshape(b, s, nh * hd)
     return o @ p[pre + "self_attention.linear_proj.weight"].T
 

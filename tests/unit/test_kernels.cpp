@@ -326,7 +326,8 @@ BOOST_AUTO_TEST_CASE(rope_tables_rotation_and_inverse) {
 
 namespace {
 
-// Naive causal GQA attention over the layout; returns out [B*S, H*hd].
+// Naive GQA attention over the layout, causal or (l.causal false) over every key with a full
+// softmax; returns out [B*S, H*hd].
 Vec naive_attention(const k::AttentionLayout& l, const Vec& qkv) {
   const int64_t S = l.seq, hd = l.head_dim, H = l.heads, per = l.heads / l.groups;
   Vec out(sz(l.batch * S * H * hd), 0.0);
@@ -336,9 +337,10 @@ Vec naive_attention(const k::AttentionLayout& l, const Vec& qkv) {
       const int64_t qc = l.q_offset + g * l.q_group_stride + (h % per) * hd;
       const int64_t kc = l.k_offset + g * l.kv_group_stride, vc = l.v_offset + g * l.kv_group_stride;
       for (int64_t s = 0; s < S; ++s) {
-        Vec p(sz(s + 1));
+        const int64_t seen = l.causal ? s + 1 : S;  // keys 0..seen-1
+        Vec p(sz(seen));
         double mx = -1e300, sum = 0;
-        for (int64_t t = 0; t <= s; ++t) {
+        for (int64_t t = 0; t < seen; ++t) {
           double d = 0;
           for (int64_t i = 0; i < hd; ++i)
             d += qkv[sz((b * S + s) * l.ld + qc + i)] * qkv[sz((b * S + t) * l.ld + kc + i)];
@@ -346,7 +348,7 @@ Vec naive_attention(const k::AttentionLayout& l, const Vec& qkv) {
           mx = std::max(mx, p[sz(t)]);
         }
         for (double& e : p) sum += (e = std::exp(e - mx));
-        for (int64_t t = 0; t <= s; ++t)
+        for (int64_t t = 0; t < seen; ++t)
           for (int64_t i = 0; i < hd; ++i)
             out[sz((b * S + s) * H * hd + h * hd + i)] +=
                 p[sz(t)] / sum * qkv[sz((b * S + t) * l.ld + vc + i)];
@@ -424,6 +426,249 @@ BOOST_AUTO_TEST_CASE(attention_backward_matches_finite_differences) {
         };
         expect_close(dqkv, numeric_grad(qkv, objective), kFdRel, kFdAbs, "dqkv");
       }
+    }
+  }
+}
+
+namespace {
+
+// The naive backward of naive_attention, straight from the formulas in float64 (no shared code
+// with the kernel, which uses rowsum(dO * O) where this sums P dP): for each query row s and the
+// keys t it sees (all S without the causal mask), P = softmax(q_s k_t * scale), then
+//   dV_t += P_st dO_s,  dP_st = dO_s . v_t,  dS_st = P_st (dP_st - sum_u P_su dP_su),
+//   dQ_s = scale sum_t dS_st k_t,  dK_t += scale sum_s dS_st q_s.
+// Returns dqkv in the layout of qkv (columns outside q, k and v stay zero).
+Vec naive_attention_backward(const k::AttentionLayout& l, const Vec& qkv, const Vec& dout) {
+  const int64_t S = l.seq, hd = l.head_dim, H = l.heads, per = l.heads / l.groups;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  Vec dqkv(qkv.size(), 0.0);
+  const auto at = [&](int64_t b, int64_t s, int64_t col) { return sz((b * S + s) * l.ld + col); };
+  for (int64_t b = 0; b < l.batch; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / per;
+      const int64_t qc = l.q_offset + g * l.q_group_stride + (h % per) * hd;
+      const int64_t kc = l.k_offset + g * l.kv_group_stride, vc = l.v_offset + g * l.kv_group_stride;
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t seen = l.causal ? s + 1 : S;
+        Vec p(sz(seen)), dp(sz(seen));
+        double mx = -1e300, sum = 0;
+        for (int64_t t = 0; t < seen; ++t) {
+          double d = 0;
+          for (int64_t i = 0; i < hd; ++i) d += qkv[at(b, s, qc + i)] * qkv[at(b, t, kc + i)];
+          p[sz(t)] = d * scale;
+          mx = std::max(mx, p[sz(t)]);
+        }
+        for (double& e : p) sum += (e = std::exp(e - mx));
+        for (double& e : p) e /= sum;
+        const double* go = &dout[sz((b * S + s) * H * hd + h * hd)];
+        double pdp = 0;
+        for (int64_t t = 0; t < seen; ++t) {
+          double d = 0;
+          for (int64_t i = 0; i < hd; ++i) d += go[i] * qkv[at(b, t, vc + i)];
+          dp[sz(t)] = d;
+          pdp += p[sz(t)] * d;
+        }
+        for (int64_t t = 0; t < seen; ++t) {
+          const double ds = p[sz(t)] * (dp[sz(t)] - pdp);
+          for (int64_t i = 0; i < hd; ++i) {
+            dqkv[at(b, t, vc + i)] += p[sz(t)] * go[i];
+            dqkv[at(b, s, qc + i)] += scale * ds * qkv[at(b, t, kc + i)];
+            dqkv[at(b, t, kc + i)] += scale * ds * qkv[at(b, s, qc + i)];
+          }
+        }
+      }
+    }
+  return dqkv;
+}
+
+struct AttentionShape {
+  int64_t batch, seq, heads, groups, head_dim;
+};
+
+// Bidirectional (no_mask) cases: one query block (5, 64: exactly one block), several with a
+// partial last block (70, 130: seq not a multiple of the kernel's 64-row query block), one token;
+// MHA (groups = heads) and GQA (groups < heads, down to one group), odd and even head dims.
+const AttentionShape kBidirectionalShapes[] = {
+    {2, 5, 4, 4, 5}, {2, 70, 4, 2, 5}, {1, 130, 4, 1, 3}, {1, 64, 6, 3, 4}, {3, 1, 2, 1, 3}};
+
+k::AttentionLayout bidirectional(const AttentionShape& c) {
+  k::AttentionLayout l = k::AttentionLayout::megatron(c.batch, c.seq, c.heads, c.groups, c.head_dim);
+  l.causal = false;
+  return l;
+}
+
+}  // namespace
+
+// Without the causal mask every query sees every key: the output and the kept probabilities
+// against the naive full softmax (float64; forward tolerance as at the top: 1e-12), every
+// probability row sums to 1 and has no masked (zero) entry, in particular above the diagonal.
+BOOST_AUTO_TEST_CASE(bidirectional_attention_forward_matches_naive_full_softmax) {
+  std::mt19937_64 rng(15);
+  for (const AttentionShape& c : kBidirectionalShapes) {
+    BOOST_TEST_CONTEXT("batch " << c.batch << " seq " << c.seq << " heads " << c.heads << " groups "
+                                << c.groups << " head_dim " << c.head_dim) {
+      const k::AttentionLayout l = bidirectional(c);
+      const int64_t S = c.seq;
+      const Vec qkv = random_vec(sz(c.batch * S * l.ld), rng);
+      const Vec expected = naive_attention(l, qkv);
+      Vec out(expected.size(), 7.0), probs(sz(c.batch * c.heads * S * S), 7.0);
+      k::attention_forward<double>(l, qkv.data(), out.data(), probs.data());
+      expect_close(out, expected, 1e-12, 1e-12, "out");
+      std::size_t zeros = 0;
+      for (int64_t row = 0; row < c.batch * c.heads * S; ++row) {
+        double sum = 0;
+        for (int64_t t = 0; t < S; ++t) {
+          const double p = probs[sz(row * S + t)];
+          if (!(p > 0.0)) ++zeros;
+          sum += p;
+        }
+        BOOST_TEST(sum == 1.0, boost::test_tools::tolerance(1e-12));
+      }
+      BOOST_TEST(zeros == 0u, zeros << " probabilities are not > 0 (masked)");
+      // The probabilities are the naive softmax's: O = P V with them gives the naive output.
+      Vec from_probs(expected.size(), 0.0);
+      const int64_t per = c.heads / c.groups, hd = c.head_dim;
+      for (int64_t b = 0; b < c.batch; ++b)
+        for (int64_t h = 0; h < c.heads; ++h)
+          for (int64_t s = 0; s < S; ++s)
+            for (int64_t t = 0; t < S; ++t)
+              for (int64_t i = 0; i < hd; ++i)
+                from_probs[sz((b * S + s) * c.heads * hd + h * hd + i)] +=
+                    probs[sz(((b * c.heads + h) * S + s) * S + t)] *
+                    qkv[sz((b * S + t) * l.ld + l.v_column(h / per) + i)];
+      expect_close(from_probs, expected, 1e-12, 1e-12, "P V from the kept probabilities");
+      Vec out2(expected.size(), 7.0);  // without keeping probabilities (per-thread score blocks)
+      k::attention_forward<double>(l, qkv.data(), out2.data(), nullptr);
+      expect_close(out2, expected, 1e-12, 1e-12, "out without probs");
+    }
+  }
+}
+
+// The bidirectional backward against the naive backward of the full softmax and against central
+// differences of the forward (with the finite-difference tolerances at the top of this file).
+// Tolerance against the naive backward: 1e-12 relative + 1e-12 absolute. Both are float64 sums of
+// the same terms in other orders (the kernel's rowsum(dO * O) is the naive sum_u P dP), and dS
+// subtracts two such sums of magnitude up to ~10: a cancellation error of a few 1e-15 absolute
+// (the largest seen: 5e-15), which 1e-12 covers two hundred times; a wrong term (a masked key, a
+// missing group head) is off by O(0.1).
+BOOST_AUTO_TEST_CASE(bidirectional_attention_backward_matches_naive_and_finite_differences) {
+  std::mt19937_64 rng(16);
+  for (const AttentionShape& c : kBidirectionalShapes) {
+    BOOST_TEST_CONTEXT("batch " << c.batch << " seq " << c.seq << " heads " << c.heads << " groups "
+                                << c.groups << " head_dim " << c.head_dim) {
+      const k::AttentionLayout l = bidirectional(c);
+      Vec qkv = random_vec(sz(c.batch * c.seq * l.ld), rng);
+      const int64_t out_size = c.batch * c.seq * c.heads * c.head_dim;
+      const Vec r = random_vec(sz(out_size), rng);
+      Vec out(sz(out_size)), probs(sz(c.batch * c.heads * c.seq * c.seq));
+      k::attention_forward<double>(l, qkv.data(), out.data(), probs.data());
+      Vec dqkv(qkv.size(), 99.0);  // written, not accumulated
+      k::attention_backward<double>(l, qkv.data(), probs.data(), out.data(), r.data(), dqkv.data());
+      expect_close(dqkv, naive_attention_backward(l, qkv, r), 1e-12, 1e-12,
+                   "dqkv against the naive backward");
+      if (c.seq <= 70) {  // the central differences run 2 forwards per element of qkv
+        const auto objective = [&] {
+          Vec o(sz(out_size));
+          k::attention_forward<double>(l, qkv.data(), o.data(), nullptr);
+          return dot(r, o);
+        };
+        expect_close(dqkv, numeric_grad(qkv, objective), kFdRel, kFdAbs, "dqkv against finite differences");
+      }
+    }
+  }
+}
+
+// float32 without the mask (the path the layers train in) against the float64 naive reference.
+// Tolerance 2e-5 relative + 2e-5 absolute: float32 rounds each stored value by 6e-8 relative and
+// the fp32 exp is within 1e-7; scores, softmax sums and P V / dS products accumulate up to
+// S = 130 such errors on values of magnitude ~1..10, a few 1e-6 at worst (the largest seen:
+// 8e-7); a masked key or a missing group is off by O(0.1).
+BOOST_AUTO_TEST_CASE(bidirectional_attention_in_float32) {
+  std::mt19937_64 rng(17);
+  for (const AttentionShape& c : kBidirectionalShapes) {
+    BOOST_TEST_CONTEXT("seq " << c.seq << " groups " << c.groups) {
+      const k::AttentionLayout l = bidirectional(c);
+      const Vec qkv = random_vec(sz(c.batch * c.seq * l.ld), rng);
+      const int64_t out_size = c.batch * c.seq * c.heads * c.head_dim;
+      const Vec r = random_vec(sz(out_size), rng);
+      const std::vector<float> qkv32(qkv.begin(), qkv.end()), r32(r.begin(), r.end());
+      std::vector<float> out(sz(out_size)), probs(sz(c.batch * c.heads * c.seq * c.seq)), dqkv(qkv.size());
+      k::attention_forward<float>(l, qkv32.data(), out.data(), probs.data());
+      k::attention_backward<float>(l, qkv32.data(), probs.data(), out.data(), r32.data(), dqkv.data());
+      // The reference on the float32-rounded inputs.
+      const Vec q64(qkv32.begin(), qkv32.end()), r64(r32.begin(), r32.end());
+      expect_close(Vec(out.begin(), out.end()), naive_attention(l, q64), 2e-5, 2e-5, "out");
+      expect_close(Vec(dqkv.begin(), dqkv.end()), naive_attention_backward(l, q64, r64), 2e-5, 2e-5, "dqkv");
+    }
+  }
+}
+
+namespace {
+
+// One forward (keeping the probabilities) and backward in T of float64 inputs.
+template <class T>
+struct AttentionResult {
+  std::vector<T> out, probs, dqkv;
+};
+template <class T>
+AttentionResult<T> run_attention(const k::AttentionLayout& l, const Vec& qkv, const Vec& dout) {
+  const std::vector<T> x(qkv.begin(), qkv.end()), d(dout.begin(), dout.end());
+  AttentionResult<T> r;
+  r.out.assign(dout.size(), T(7));
+  r.probs.assign(sz(l.batch * l.heads * l.seq * l.seq), T(7));
+  r.dqkv.assign(qkv.size(), T(7));
+  k::attention_forward<T>(l, x.data(), r.out.data(), r.probs.data());
+  k::attention_backward<T>(l, x.data(), r.probs.data(), r.out.data(), d.data(), r.dqkv.data());
+  return r;
+}
+
+}  // namespace
+
+// The causal mask is the default and its path is the one it was: megatron() and a default layout
+// are causal; causal = true set explicitly gives the default's bits (float32 and float64, forward
+// and backward); the causal results still match the causal naive reference (1e-12, as above) with
+// exact zeros above the diagonal. Against that, the bidirectional results differ everywhere but
+// in each sequence's last query row, which sees every key either way (equal to rounding: 1e-12).
+BOOST_AUTO_TEST_CASE(causal_stays_the_default_and_unchanged) {
+  BOOST_TEST(k::AttentionLayout{}.causal);
+  BOOST_TEST(k::AttentionLayout::megatron(1, 4, 2, 1, 4).causal);
+  std::mt19937_64 rng(18);
+  for (const AttentionShape& c : {AttentionShape{2, 70, 4, 2, 5}, AttentionShape{1, 130, 4, 1, 8}}) {
+    BOOST_TEST_CONTEXT("seq " << c.seq << " groups " << c.groups) {
+      const k::AttentionLayout def =
+          k::AttentionLayout::megatron(c.batch, c.seq, c.heads, c.groups, c.head_dim);
+      k::AttentionLayout causal = def;
+      causal.causal = true;
+      const k::AttentionLayout none = bidirectional(c);
+      const Vec qkv = random_vec(sz(c.batch * c.seq * def.ld), rng);
+      const Vec dout = random_vec(sz(c.batch * c.seq * c.heads * c.head_dim), rng);
+      const auto a32 = run_attention<float>(def, qkv, dout), b32 = run_attention<float>(causal, qkv, dout);
+      const auto a64 = run_attention<double>(def, qkv, dout), b64 = run_attention<double>(causal, qkv, dout);
+      BOOST_TEST((a32.out == b32.out && a32.probs == b32.probs && a32.dqkv == b32.dqkv), "float32 bits");
+      BOOST_TEST((a64.out == b64.out && a64.probs == b64.probs && a64.dqkv == b64.dqkv), "float64 bits");
+      expect_close(b64.out, naive_attention(causal, qkv), 1e-12, 1e-12, "causal out");
+      expect_close(b64.dqkv, naive_attention_backward(causal, qkv, dout), 1e-12, 1e-12, "causal dqkv");
+      std::size_t above_diagonal_not_zero = 0;
+      for (int64_t row = 0; row < c.batch * c.heads * c.seq; ++row)
+        for (int64_t t = row % c.seq + 1; t < c.seq; ++t)
+          if (b64.probs[sz(row * c.seq + t)] != 0.0) ++above_diagonal_not_zero;
+      BOOST_TEST(above_diagonal_not_zero == 0u);
+
+      const auto n64 = run_attention<double>(none, qkv, dout);
+      const int64_t width = c.heads * c.head_dim;
+      double last_rows = 0, other_rows = 0;
+      for (int64_t b = 0; b < c.batch; ++b)
+        for (int64_t s = 0; s < c.seq; ++s)
+          for (int64_t i = 0; i < width; ++i) {
+            const std::size_t e = sz((b * c.seq + s) * width + i);
+            const double diff = std::abs(n64.out[e] - b64.out[e]);
+            if (s == c.seq - 1)
+              last_rows = std::max(last_rows, diff);
+            else
+              other_rows = std::max(other_rows, diff);
+          }
+      BOOST_TEST(last_rows <= 1e-12, "the last query row: " << last_rows);
+      BOOST_TEST(other_rows > 1e-2, "the other rows differ with the mask: " << other_rows);
     }
   }
 }

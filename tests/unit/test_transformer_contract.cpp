@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "plexus/core/run_config.hpp"
 #include "test_transformer_support.hpp"
 
 namespace {
@@ -473,6 +474,14 @@ BOOST_AUTO_TEST_CASE(flop_estimates) {
                core = 2 * 2 * b * 4 * (s * (s + 1) / 2) * 8;  // causal pairs
   BOOST_TEST(att->forward == qkv + proj + core, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(att->backward == 2 * att->forward, boost::test_tools::tolerance(1e-12));
+  // Bidirectional (attn_mask_type "no_mask"): the core multiplies over all S x S query-key pairs.
+  const tt::ComponentLayer no_mask(
+      tt::component("transformer.attention"), boost::json::object{{"attn_mask_type", "no_mask"}},
+      "model.attention.options", m.json(), static_cast<uint32_t>(m.num_layers), DLDevice{kDLCPU, 0});
+  const auto full = no_mask->estimate_flops(tt::descs(x));
+  BOOST_TEST_REQUIRE(full.has_value());
+  BOOST_TEST(full->forward == qkv + proj + 2 * 2 * b * 4 * (s * s) * 8, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(full->backward == 2 * full->forward, boost::test_tools::tolerance(1e-12));
   const auto mlp = tt::Layer("transformer.mlp", m)->estimate_flops(tt::descs(x));
   BOOST_TEST_REQUIRE(mlp.has_value());
   BOOST_TEST(mlp->forward == 2 * n * 32 * 96 + 2 * n * 48 * 32, boost::test_tools::tolerance(1e-12));
@@ -710,6 +719,42 @@ BOOST_AUTO_TEST_CASE(bad_model_settings_are_refused_at_create) {
   e = tt::error_of([&] { tt::Layer("transformer.mlp", small(), kDLROCM); });
   BOOST_TEST(tt::mentions(e, "CPU"), e);
   BOOST_TEST(tt::mentions(e, "device type " + std::to_string(static_cast<int>(kDLROCM))), e);
+}
+
+// transformer.attention's option attn_mask_type (Megatron-LM's AttnMaskType): "causal" by default,
+// in the component's schema; an unknown value is refused by the host's validation and, for a
+// caller that skips it, by the layer, both naming the option; "no_mask" on a CUDA device is
+// refused naming the option (the CUDA attention kernels are causal), before any GPU is looked
+// for, so a CUDA build checks it without one (a build without CUDA refuses the device first).
+// Its refusal under context parallelism is checked with a real cp group, in
+// tests/mpi/test_context_parallel_attention.cpp.
+BOOST_AUTO_TEST_CASE(attn_mask_type_option) {
+  const plexus::Component& attention = tt::component("transformer.attention");
+  BOOST_TEST(
+      plexus::validated_component_options(attention, boost::json::object{}, "model.attention.options") ==
+      boost::json::parse(R"({"attn_mask_type": "causal"})"));
+  BOOST_TEST(plexus::validated_component_options(
+                 attention, boost::json::parse(R"({"attn_mask_type": "no_mask"})"),
+                 "model.attention.options") == boost::json::parse(R"({"attn_mask_type": "no_mask"})"));
+  std::string e = tt::error_of([&] {
+    (void)plexus::validated_component_options(
+        attention, boost::json::parse(R"({"attn_mask_type": "padding"})"), "model.attention.options");
+  });
+  BOOST_TEST((tt::mentions(e, "model.attention.options.attn_mask_type") && tt::mentions(e, "no_mask")), e);
+
+  const tt::Model m = small();
+  const auto create = [&](const char* mask, DLDevice device) {
+    tt::ComponentLayer(attention, boost::json::object{{"attn_mask_type", mask}}, "model.attention.options",
+                       m.json(), static_cast<uint32_t>(m.num_layers), device);
+  };
+  e = tt::error_of([&] { create("padding", DLDevice{kDLCPU, 0}); });
+  BOOST_TEST((tt::mentions(e, "attn_mask_type") && tt::mentions(e, "\"padding\"")), e);
+  BOOST_CHECK_NO_THROW(create("no_mask", DLDevice{kDLCPU, 0}));
+  e = tt::error_of([&] { create("no_mask", DLDevice{kDLCUDA, 0}); });
+  if (!tt::mentions(e, "built without CUDA"))
+    BOOST_TEST((tt::mentions(e, "attn_mask_type") && tt::mentions(e, "\"no_mask\"") &&
+                tt::mentions(e, "CPU only") && tt::mentions(e, "cuda:0")),
+               e);
 }
 
 BOOST_AUTO_TEST_CASE(bad_tensors_are_refused_with_the_values_named) {

@@ -138,8 +138,20 @@ void compare(const std::string& what, const std::vector<double>& a, const std::v
   }
 }
 
-void gradcheck(const std::string& component, const tt::Model& m, uint64_t seed) {
-  tt::Layer layer(component, m);
+// transformer.attention's options for bidirectional attention.
+const boost::json::object kNoMask{{"attn_mask_type", "no_mask"}};
+
+// The component created as the engine creates it, with its own options (those of the model
+// section's component entry, e.g. model.attention.options).
+tt::ComponentLayer make_layer(const std::string& component, const tt::Model& m,
+                              const boost::json::object& options) {
+  return tt::ComponentLayer(tt::component(component), options, "model.layer.options", m.json(),
+                            static_cast<uint32_t>(m.num_layers), DLDevice{kDLCPU, 0});
+}
+
+void gradcheck(const std::string& component, const tt::Model& m, uint64_t seed,
+               const boost::json::object& options = {}) {
+  const tt::ComponentLayer layer = make_layer(component, m, options);
   std::mt19937_64 rng(seed);
   std::vector<Tensor> inputs = make_inputs(component, m, rng);
   std::vector<Tensor> params = tt::random_params(*layer, kF64, rng);
@@ -159,8 +171,9 @@ void gradcheck(const std::string& component, const tt::Model& m, uint64_t seed) 
 
 // Backward twice on one forward: parameter gradients double (accumulated), input gradients stay
 // the same (written).
-void accumulates(const std::string& component, const tt::Model& m, uint64_t seed) {
-  tt::Layer layer(component, m);
+void accumulates(const std::string& component, const tt::Model& m, uint64_t seed,
+                 const boost::json::object& options = {}) {
+  const tt::ComponentLayer layer = make_layer(component, m, options);
   std::mt19937_64 rng(seed);
   tt::Run run(*layer, make_inputs(component, m, rng), tt::random_params(*layer, kF64, rng), kF64);
   run.forward(true);
@@ -235,6 +248,55 @@ BOOST_AUTO_TEST_CASE(attention_two_groups_of_two) {
   gradcheck("transformer.attention", m, 6);
 }
 
+// Bidirectional attention (option attn_mask_type "no_mask", Megatron's AttnMaskType.no_mask, as in
+// its CLIP ViT): every token sees the whole sequence. MHA and GQA, with and without RoPE.
+BOOST_AUTO_TEST_CASE(attention_no_mask_rmsnorm_mha) {
+  gradcheck("transformer.attention", model("RMSNorm", "gelu", 3), 41, kNoMask);
+}
+BOOST_AUTO_TEST_CASE(attention_no_mask_layernorm_gqa_without_position_embedding) {
+  tt::Model m = model("LayerNorm", "gelu", 1);
+  m.position_embedding_type = "none";  // a ViT's positions come with its patch embedding
+  gradcheck("transformer.attention", m, 42, kNoMask);
+}
+BOOST_AUTO_TEST_CASE(attention_no_mask_two_groups_of_two) {
+  tt::Model m = model("RMSNorm", "gelu", 2);
+  m.hidden_size = 16;
+  m.num_attention_heads = 4;
+  gradcheck("transformer.attention", m, 43, kNoMask);
+}
+// The gradient checks above would pass for a layer that ignored the option (a causal layer's
+// gradients are right for its own forward), so: the option changes the function. On the same
+// inputs and parameters the first token's output differs from the causal layer's (there it sees
+// only itself), and the last token's, which sees every token either way, is the same (float64,
+// the same products in another grouping: 1e-12 of the largest output covers the rounding).
+// "causal", written out, is the default.
+BOOST_AUTO_TEST_CASE(attention_no_mask_sees_the_tokens_after) {
+  const tt::Model m = model("RMSNorm", "gelu", 1);
+  const tt::ComponentLayer causal = make_layer("transformer.attention", m, {});
+  const tt::ComponentLayer causal_named =
+      make_layer("transformer.attention", m, {{"attn_mask_type", "causal"}});
+  const tt::ComponentLayer no_mask = make_layer("transformer.attention", m, kNoMask);
+  std::mt19937_64 rng(44);
+  const std::vector<Tensor> inputs = make_inputs("transformer.attention", m, rng);
+  const std::vector<Tensor> params = tt::random_params(*causal, kF64, rng);
+  tt::Run a(*causal, inputs, params, kF64), b(*causal_named, inputs, params, kF64),
+      c(*no_mask, inputs, params, kF64);
+  const std::vector<double> ya = a.forward(false)[0].values(), yb = b.forward(false)[0].values(),
+                            yc = c.forward(false)[0].values();
+  BOOST_TEST(ya == yb, boost::test_tools::per_element());
+  const auto c_dim = static_cast<std::size_t>(m.hidden_size);
+  double largest = 0, first = 0, last = 0;
+  for (std::size_t b_i = 0; b_i < static_cast<std::size_t>(kBatch); ++b_i)
+    for (std::size_t i = 0; i < c_dim; ++i) {
+      const std::size_t row0 = b_i * kSeq * c_dim, rowl = (b_i * kSeq + kSeq - 1) * c_dim;
+      first = std::max(first, std::abs(ya[row0 + i] - yc[row0 + i]));
+      last = std::max(last, std::abs(ya[rowl + i] - yc[rowl + i]));
+    }
+  for (double v : ya) largest = std::max(largest, std::abs(v));
+  BOOST_TEST(last <= 1e-12 * largest, "the last token: " << last << " of " << largest);
+  BOOST_TEST(first > 1e-2 * largest, "the first token: " << first << " of " << largest);
+}
+
 BOOST_AUTO_TEST_CASE(mlp_gelu_rmsnorm) {
   gradcheck("transformer.mlp", model("RMSNorm", "gelu", 3), 7);
 }
@@ -279,6 +341,7 @@ BOOST_AUTO_TEST_SUITE(accumulation)
 BOOST_AUTO_TEST_CASE(param_grads_accumulate_and_input_grads_are_written) {
   accumulates("transformer.embedding", model("RMSNorm", "gelu", 3), 21);
   accumulates("transformer.attention", model("LayerNorm", "gelu", 1), 22);
+  accumulates("transformer.attention", model("RMSNorm", "gelu", 1), 27, kNoMask);
   accumulates("transformer.mlp", model("LayerNorm", "swiglu", 3), 23);
   accumulates("transformer.norm", model("LayerNorm", "gelu", 3), 24);
   accumulates("transformer.lm_head", model("RMSNorm", "gelu", 3), 25);

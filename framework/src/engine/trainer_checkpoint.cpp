@@ -406,6 +406,32 @@ std::string decoder_layout_differences(const PluginHost& host, const boost::json
 
 }  // namespace
 
+namespace {
+
+// A saved model key's value, and if it is a component section ({"component", "options"}) of a
+// layer loaded here, with its options' defaults filled in as this run's are: a layer that gained
+// an option with a default reads an older checkpoint's section as it was meant.
+boost::json::value with_option_defaults(const PluginHost& host, const boost::json::value& saved,
+                                        const std::string& path) {
+  if (!saved.is_object()) return saved;
+  const boost::json::object& section = saved.as_object();
+  const boost::json::value* component = section.if_contains("component");
+  if (component == nullptr || !component->is_string()) return saved;
+  const Component* layer = host.find(PLX_KIND_LAYER, std::string(component->as_string()));
+  if (layer == nullptr) return saved;
+  boost::json::value filled = saved;
+  try {
+    const boost::json::value* options = section.if_contains("options");
+    filled.as_object()["options"] = validated_component_options(
+        *layer, options != nullptr ? *options : boost::json::value(), path + ".options");
+  } catch (const std::exception&) {
+    return saved;  // options this layer no longer takes: they differ, as they are
+  }
+  return filled;
+}
+
+}  // namespace
+
 void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
   const checkpoint::LoadedCheckpoint loaded = checkpoint::load_checkpoint(dir);
   // A different model cannot continue this one: say which keys differ before any tensor does.
@@ -455,10 +481,13 @@ void Trainer::Impl::load_checkpoint(const std::filesystem::path& dir) {
            key == "cp_comm_type"))
         continue;
       const boost::json::value* old = was.if_contains(key);
+      // A component section saved before its component gained an option holds it at its default.
+      // Both sides with their defaults, then: the run's own may be filled in or not.
+      const std::string path = std::string(section) + "." + std::string(key);
       // A checkpoint from before the mhc section existed is of a model without mHC.
-      const bool same = old != nullptr
-                            ? *old == value
-                            : std::string_view(section) == "mhc" && key == "enabled" && value == false;
+      const bool same =
+          old != nullptr ? with_option_defaults(*host, *old, path) == with_option_defaults(*host, value, path)
+                         : std::string_view(section) == "mhc" && key == "enabled" && value == false;
       if (!same)
         differences += "\n  " + std::string(section) + "." + std::string(key) + ": checkpoint " +
                        (old ? boost::json::serialize(*old) : "absent") + ", this run " +

@@ -1,5 +1,6 @@
-// transformer.attention: pre-norm causal self-attention with grouped query heads and rotary
-// embeddings, F only (the stack adds the residual). See ../README.md for the math and layout.
+// transformer.attention: pre-norm self-attention with grouped query heads and rotary embeddings,
+// causal or (option attn_mask_type "no_mask") bidirectional, F only (the stack adds the residual).
+// See ../README.md for the math and layout.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -37,6 +38,28 @@ AttentionBackend attention_backend(const plexus::sdk::Host& host, plx_config mod
   return AttentionBackend::flash;
 }
 
+// The component's option attn_mask_type (Megatron-LM's AttnMaskType names): "causal" (the
+// default; also for a direct caller that passes no options, or null ones, which the host reads as
+// {}) or "no_mask" (bidirectional, as Megatron's CLIP ViT). Returns whether the mask is causal.
+// The host validates the value against the schema; a caller that does not is refused here, naming
+// the option.
+bool read_causal(const plexus::sdk::Host& host, plx_config options) {
+  if (options == nullptr || host.config_json(options) == "null") return true;
+  const std::string name = host.config_string_if(options, "attn_mask_type").value_or("causal");
+  if (name == "causal") return true;
+  if (name == "no_mask") return false;
+  throw Error(PLX_ERR_INVALID_ARGUMENT,
+              "transformer.attention option attn_mask_type: expected \"causal\" or \"no_mask\", got \"" +
+                  name + "\"");
+}
+
+// The component's options: the config section under its component name (model.attention.options
+// for the GPT's attention).
+constexpr const char* kSchema =
+    R"json({"type": "object", "doc": "Pre-norm self-attention (GQA, rotary, Megatron's qkv layout). The model's sizes come from the model section.", "properties": {)json"
+    R"json("attn_mask_type": {"type": "string", "enum": ["causal", "no_mask"], "default": "causal", "doc": "Megatron-LM's AttnMaskType: causal (a token sees itself and the tokens before it: the GPT decoder) or no_mask (bidirectional: every token sees the whole sequence, as the vision encoder of Megatron-LM's CLIP ViT; CPU only, not with context parallelism)"})json"
+    R"json(}})json";
+
 // PreNormState's in is qkv = u Wqkv^T with RoPE applied to q and k, [N, (nh + 2 ng) hd]; its mid
 // the attention output before the projection, [N, nh hd]; its d_in the qkv projection's output
 // gradient (after RoPE's transpose). The core also keeps:
@@ -58,6 +81,7 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
     max_seq_ = positive_int(host, m, "seq_length");
     const double rope_base = positive_number(host, m, "rotary_base");
     const AttentionBackend backend = attention_backend(host, m, on_cuda());
+    causal_ = read_causal(host, args.config);
     if (hidden_ % heads_ != 0)
       throw Error(PLX_ERR_INVALID_ARGUMENT, "hidden_size (" + std::to_string(hidden_) +
                                                 ") is not divisible by num_attention_heads (" +
@@ -77,6 +101,21 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
     // groups / tp key-value heads; linear_qkv is laid out group by group, so its row split is
     // one part (Megatron: num_query_groups % tp == 0).
     refuse_split_on_device();
+    // Bidirectional attention runs on the CPU's kernels only: the CUDA kernels (unfused and
+    // flash) and the context-parallel core (its blocks and their skipping follow the causal mask)
+    // are causal only.
+    if (!causal_ && on_cuda())
+      throw Error(PLX_ERR_UNSUPPORTED,
+                  "transformer.attention option attn_mask_type \"no_mask\" runs on the CPU only: the CUDA "
+                  "attention kernels are causal (" +
+                      device_text(device_) + " requested; use attn_mask_type \"causal\" or run on the CPU)");
+    if (!causal_ && cp_.size() > 1)
+      throw Error(PLX_ERR_UNSUPPORTED,
+                  "transformer.attention option attn_mask_type \"no_mask\" is not context-parallel: the cp "
+                  "group has " +
+                      std::to_string(cp_.size()) +
+                      " ranks, and the context-parallel attention is causal only (set cp to 1, or use "
+                      "attn_mask_type \"causal\")");
     if (cp_.size() > 1 && on_cuda())
       throw Error(PLX_ERR_INVALID_ARGUMENT,
                   "transformer.attention on CUDA is not context-parallel yet: the cp group has " +
@@ -121,7 +160,8 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
   // Matrix products only, 2 FLOPs per multiply-add: the qkv and output projections, and QK^T and
   // PV over the S (S + 1) / 2 query-key pairs the causal mask keeps, the work that is computed
   // (Megatron's own count takes the full S x S, which would credit the kernels with the masked
-  // half they skip). Backward: twice the forward.
+  // half they skip); without the mask (attn_mask_type "no_mask") over all S x S pairs. Backward:
+  // twice the forward.
   void estimate_flops(uint32_t num_inputs, const plx_tensor_desc* inputs, double& forward,
                       double& backward) const override {
     expect_descs("estimate_flops", num_inputs, 1);
@@ -131,8 +171,9 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
     const auto b = static_cast<double>(inputs[0].dims[0]);
     const auto s = static_cast<double>(inputs[0].dims[1] * (sp_ ? tp_.size() : 1));
     const double n = b * s, c = static_cast<double>(hidden_), dq = static_cast<double>(heads_ * head_dim_);
-    // Under context parallelism this rank's s queries see, on average, half the whole sequence.
-    const double pairs = cp_.size() > 1 ? s * (s * cp_.size() + 1) / 2 : s * (s + 1) / 2;
+    // Under context parallelism this rank's s queries see, on average, half the whole sequence
+    // (causal only: no_mask is refused with cp > 1).
+    const double pairs = !causal_ ? s * s : cp_.size() > 1 ? s * (s * cp_.size() + 1) / 2 : s * (s + 1) / 2;
     forward = 2 * n * c * static_cast<double>(qkv_rows_) + 2 * n * dq * c +
               2 * 2 * b * static_cast<double>(heads_) * pairs * static_cast<double>(head_dim_);
     backward = 2 * forward;
@@ -155,7 +196,9 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
   }
 
   k::AttentionLayout layout(int64_t batch, int64_t seq) const {
-    return k::AttentionLayout::megatron(batch, seq, heads_, groups_, head_dim_);
+    k::AttentionLayout l = k::AttentionLayout::megatron(batch, seq, heads_, groups_, head_dim_);
+    l.causal = causal_;
+    return l;
   }
 
   // What PreNormLayer calls (its in is qkv, and its mid o, the attention output [N, nh hd]).
@@ -351,6 +394,7 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
   // The host's "cp" group (one rank without context parallelism).
   plexus::sdk::Group cp_ = plexus::sdk::Group::find(plexus::sdk::Host::current(), "cp");
   bool cp_all_gather_ = false;  // model.cp_comm_type "all_gather", else the p2p ring
+  bool causal_ = true;          // options.attn_mask_type "causal", else "no_mask" (bidirectional)
   int64_t heads_ = 0, groups_ = 0, head_dim_ = 0, qkv_rows_ = 0, max_seq_ = 0;
   std::vector<int64_t> rope_columns_;
   std::vector<float> cos_f_, sin_f_;
@@ -362,8 +406,9 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
 const plx_component_desc* attention_component() {
   static const plx_component_desc desc = plexus::sdk::layer_component<Attention>(
       "transformer.attention",
-      "pre-norm causal self-attention (GQA, rotary, Megatron qkv layout), F only: f = proj(attn(norm(x)))",
-      kEmptySchema);
+      "pre-norm self-attention, causal or bidirectional (GQA, rotary, Megatron qkv layout), F only: f = "
+      "proj(attn(norm(x)))",
+      kSchema);
   return &desc;
 }
 

@@ -17,7 +17,7 @@ namespace {
 
 // Rows of queries per block. Smaller blocks skip more of the masked upper triangle but make
 // smaller BLAS calls; 64 keeps the calls efficient while doing about (1 + 64/S) / 2 of the full
-// S x S work.
+// S x S work under the causal mask (without it every block takes all S keys).
 constexpr int64_t kQueryBlock = 64;
 
 int team_size(int64_t tasks) {
@@ -25,10 +25,10 @@ int team_size(int64_t tasks) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), tasks)));
 }
 
-// Row i of a block of scores (already scaled) becomes softmax over its first n = i + 1 entries,
-// and zeros up to `width`.
+// Row i of a block of scores (already scaled) becomes softmax over its first n entries (causal:
+// n = i + 1; bidirectional: n = S), and zeros up to `width`.
 template <class T>
-void causal_softmax_row(T* row, int64_t n, int64_t width) {
+void softmax_row(T* row, int64_t n, int64_t width) {
   T mx = row[0];
 #pragma omp simd reduction(max : mx)
   for (int64_t t = 1; t < n; ++t) mx = row[t] > mx ? row[t] : mx;
@@ -107,7 +107,9 @@ void attention_forward(const AttentionLayout& l, const T* qkv, T* out, T* probs)
     T* o = out + b * S * ldo + h * hd;
     for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
       const int64_t i1 = std::min(S, i0 + kQueryBlock), m = i1 - i0;
-      // Scores of this block of queries against keys 0..i1-1 (the rest is masked).
+      // The keys this block sees: 0..i1-1 under the causal mask (the rest is masked), else all S.
+      const int64_t keys = l.causal ? i1 : S;
+      // Scores of this block of queries against those keys.
       T* p;
       int64_t ldp;
       if (probs != nullptr) {
@@ -115,12 +117,12 @@ void attention_forward(const AttentionLayout& l, const T* qkv, T* out, T* probs)
         ldp = S;
       } else {
         p = local + static_cast<int64_t>(omp_get_thread_num()) * kQueryBlock * S;
-        ldp = i1;
+        ldp = keys;
       }
-      gemm<T>(Trans::N, Trans::T, m, i1, hd, scale, q + i0 * ld, ld, k, ld, T(0), p, ldp);
+      gemm<T>(Trans::N, Trans::T, m, keys, hd, scale, q + i0 * ld, ld, k, ld, T(0), p, ldp);
       for (int64_t i = i0; i < i1; ++i)
-        causal_softmax_row(p + (i - i0) * ldp, i + 1, probs != nullptr ? S : i1);
-      gemm<T>(Trans::N, Trans::N, m, hd, i1, T(1), p, ldp, v, ld, T(0), o + i0 * ldo, ldo);
+        softmax_row(p + (i - i0) * ldp, l.causal ? i + 1 : S, probs != nullptr ? S : keys);
+      gemm<T>(Trans::N, Trans::N, m, hd, keys, T(1), p, ldp, v, ld, T(0), o + i0 * ldo, ldo);
     }
   }
 }
@@ -159,25 +161,29 @@ void attention_backward(const AttentionLayout& l, const T* qkv, const T* probs, 
       const T* dout_h = dout + b * S * ldo + h * hd;
       for (int64_t i0 = 0; i0 < S; i0 += kQueryBlock) {
         const int64_t i1 = std::min(S, i0 + kQueryBlock), m = i1 - i0;
-        // dP = dO V^T over keys 0..i1-1.
-        gemm<T>(Trans::N, Trans::T, m, i1, hd, T(1), dout_h + i0 * ldo, ldo, v, ld, T(0), ds, i1);
-        // dS = P * (dP - rowsum(dO * O)); zero where masked (P is zero there).
+        // The keys this block sees, as in forward: 0..i1-1 under the causal mask, else all S.
+        const int64_t keys = l.causal ? i1 : S;
+        // dP = dO V^T over those keys.
+        gemm<T>(Trans::N, Trans::T, m, keys, hd, T(1), dout_h + i0 * ldo, ldo, v, ld, T(0), ds, keys);
+        // dS = P * (dP - rowsum(dO * O)) over the keys row i sees; zero where masked (P is zero
+        // there; without the mask nothing is).
         for (int64_t i = i0; i < i1; ++i) {
           const T* oi = o + i * ldo;
           const T* gi = dout_h + i * ldo;
           T dot = 0;
 #pragma omp simd reduction(+ : dot)
           for (int64_t d = 0; d < hd; ++d) dot += oi[d] * gi[d];
-          T* row = ds + (i - i0) * i1;
+          T* row = ds + (i - i0) * keys;
           const T* prow = p + i * S;
+          const int64_t seen = l.causal ? i + 1 : S;
 #pragma omp simd
-          for (int64_t t = 0; t <= i; ++t) row[t] = prow[t] * (row[t] - dot);
-          for (int64_t t = i + 1; t < i1; ++t) row[t] = T(0);
+          for (int64_t t = 0; t < seen; ++t) row[t] = prow[t] * (row[t] - dot);
+          for (int64_t t = seen; t < keys; ++t) row[t] = T(0);
         }
         // dQ = scale dS K (rows i0..i1-1, written); dK += scale dS^T Q; dV += P^T dO.
-        gemm<T>(Trans::N, Trans::N, m, hd, i1, scale, ds, i1, k, ld, T(0), dq + i0 * ld, ld);
-        gemm<T>(Trans::T, Trans::N, i1, hd, m, scale, ds, i1, q + i0 * ld, ld, T(1), dk, ld);
-        gemm<T>(Trans::T, Trans::N, i1, hd, m, T(1), p + i0 * S, S, dout_h + i0 * ldo, ldo, T(1), dv, ld);
+        gemm<T>(Trans::N, Trans::N, m, hd, keys, scale, ds, keys, k, ld, T(0), dq + i0 * ld, ld);
+        gemm<T>(Trans::T, Trans::N, keys, hd, m, scale, ds, keys, q + i0 * ld, ld, T(1), dk, ld);
+        gemm<T>(Trans::T, Trans::N, keys, hd, m, T(1), p + i0 * S, S, dout_h + i0 * ldo, ldo, T(1), dv, ld);
       }
     }
   }
