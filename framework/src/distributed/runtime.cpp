@@ -171,6 +171,7 @@ Topology enumerate_topology(PluginHost& host, const boost::json::value& run_conf
 }
 
 void Runtime::build_groups(const Topology& topology) {
+  topology_ = topology;
   const Topology& groups = topology;
   // One split per kind, in the provider's order, identical on every rank.
   for (const std::string& kind : groups.kinds) {

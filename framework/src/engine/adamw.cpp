@@ -64,6 +64,12 @@ AdamW::AdamW(ParameterStore& params, OptimizerSettings settings)
 }
 
 double AdamW::step(int64_t step) {
+  const double norm = std::sqrt(squared_norm());
+  update(step, norm);
+  return norm;
+}
+
+double AdamW::squared_norm() const {
   std::vector<const Tensor*> grads, divided, split;
   std::vector<std::size_t> grad_params;
   for (std::size_t i = 0; i < params_->size(); ++i)
@@ -90,7 +96,10 @@ double AdamW::step(int64_t step) {
     const double shards = tp_sum_(split.empty() ? 0.0 : device_ops::sum_of_squares(split));
     sum_sq += stage_sum_ ? stage_sum_(shards) : shards;
   }
-  const double norm = std::sqrt(sum_sq);
+  return sum_sq;
+}
+
+void AdamW::update(int64_t step, double norm) {
   const double lr = learning_rate(settings_, step);
   last_lr_ = lr;
   vector_ops::AdamWStep update = adamw_step_constants(settings_, step, norm);
@@ -100,7 +109,6 @@ double AdamW::step(int64_t step) {
     update.decay = static_cast<float>(p.decays() ? lr * settings_.weight_decay : 0.0);
     device_ops::adamw_update(update, p.value, p.grad, exp_avg_[i], exp_avg_sq_[i]);
   }
-  return norm;
 }
 
 std::vector<std::pair<std::string, Tensor*>> AdamW::state_tensors() {

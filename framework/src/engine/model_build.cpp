@@ -113,6 +113,9 @@ Model::Model(const PluginHost& host, const boost::json::value& run_config, Model
                                   device::name(device_) + " the model computes in float32 (\"fp32\")");
   params_.set_device(device_);
   context_parallel_ = options.context_parallel;
+  name_prefix_ = options.name_prefix;
+  head_name_prefix_ = options.head_name_prefix;
+  splice_tokens_ = options.splice_tokens;
   if (options.tensor_group != nullptr && options.tensor_group->size() > 1) {
     tensor_group_ = options.tensor_group;
     params_.set_tensor_parallel(static_cast<int32_t>(tensor_group_->rank()),
@@ -147,6 +150,11 @@ Model::Model(const PluginHost& host, const boost::json::value& run_config, Model
   if (options.pipeline_group != nullptr && options.pipeline_group->size() > 1)
     link_ = std::make_unique<PipelineLink>(*options.pipeline_group, options.model_chunks);
   for (const ChunkSpec& chunk : options.placement.chunks) build_chunk(run_config.at("model"), chunk);
+  if (!splice_tokens_.empty() && (sequence_parallel_ || context_parallel_))
+    throw config::ConfigError(sequence_parallel_ ? "model.sequence_parallel" : "distributed.topology",
+                              "a MIMO language model replaces its special tokens' embeddings by its "
+                              "modalities' (the splice), which needs each rank's whole sequences: "
+                              "sequence and context parallelism are not supported with it");
 }
 
 Model::~Model() = default;
@@ -249,8 +257,18 @@ void Model::build_unit(const UnitSource& source) {
   unit->layer = std::make_unique<LayerInstance>(component, args);
 
   const plx_layer_info info = unit->layer->info();
-  const bool two_inputs =
-      unit->role == UnitRole::head || unit->role == UnitRole::mtp_head || unit->role == UnitRole::mtp_entry;
+  // A head without a loss makes the model an encoder (a MIMO modality's): its output is the
+  // model's output, and it reads the final norm's output only.
+  const bool output_head = unit->role == UnitRole::head && (info.flags & PLX_LAYER_PRODUCES_LOSS) == 0;
+  if (output_head) {
+    produces_loss_ = false;
+    if (plan_.mtp_depths > 0)
+      throw std::runtime_error(unit->label +
+                               ": a head without a loss (an encoder's output) cannot be "
+                               "followed by multi-token-prediction depths");
+  }
+  const bool two_inputs = (unit->role == UnitRole::head && !output_head) ||
+                          unit->role == UnitRole::mtp_head || unit->role == UnitRole::mtp_entry;
   const uint32_t inputs_expected = two_inputs ? 2 : 1;
   if (info.num_inputs != inputs_expected || info.num_outputs < 1 || info.num_stages < 1)
     throw std::runtime_error(
@@ -258,10 +276,9 @@ void Model::build_unit(const UnitSource& source) {
         std::to_string(inputs_expected) + " input(s), 1 or more outputs and stages; it declares " +
         std::to_string(info.num_inputs) + " inputs, " + std::to_string(info.num_outputs) + " outputs, " +
         std::to_string(info.num_stages) + " stages");
-  if ((unit->role == UnitRole::head || unit->role == UnitRole::mtp_head) &&
-      (info.flags & PLX_LAYER_PRODUCES_LOSS) == 0)
+  if (unit->role == UnitRole::mtp_head && (info.flags & PLX_LAYER_PRODUCES_LOSS) == 0)
     throw std::runtime_error(unit->label +
-                             ": the model's head must produce a loss (PLX_LAYER_PRODUCES_LOSS)");
+                             ": the model's MTP head must produce a loss (PLX_LAYER_PRODUCES_LOSS)");
   if (context_parallel_ && (info.flags & PLX_LAYER_CONTEXT_PARALLEL) == 0)
     throw std::runtime_error(
         unit->label +
@@ -271,7 +288,9 @@ void Model::build_unit(const UnitSource& source) {
   unit->num_outputs = info.num_outputs;
   for (uint32_t s = 0; s < info.num_stages; ++s) unit->stages.push_back(unit->layer->stage(s));
   for (uint32_t p = 0; p < info.num_params; ++p) {
-    const std::size_t i = params_.declare(unit->layer->param(p), source.prefix, unit->label);
+    const std::string& model_prefix =
+        unit->role == UnitRole::head && !head_name_prefix_.empty() ? head_name_prefix_ : name_prefix_;
+    const std::size_t i = params_.declare(unit->layer->param(p), model_prefix + source.prefix, unit->label);
     unit->params.push_back(i);
     unit->param_views.push_back(params_[i].value.view());
     unit->grad_views.push_back(params_[i].grad.view());
@@ -280,7 +299,7 @@ void Model::build_unit(const UnitSource& source) {
   for (std::size_t i : unit->params)
     if (!params_[i].is_buffer()) unit->gradient_params.push_back(i);
   if (unit->role == UnitRole::decoder) {
-    const std::string connection_prefix = source.prefix + source.layer->connection_prefix;
+    const std::string connection_prefix = name_prefix_ + source.prefix + source.layer->connection_prefix;
     for (std::size_t i : connection_->declare(units_.size(), connection_prefix, unit->label, params_))
       unit->gradient_params.push_back(i);
   }

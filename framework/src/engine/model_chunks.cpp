@@ -49,10 +49,16 @@ void Model::backward_chunk(uint32_t chunk, uint32_t microbatch) {
 
 Tensor Model::take_chunk_output(uint32_t chunk, uint32_t microbatch) {
   Run& run = run_of(chunk, microbatch);
-  if (run.chunk->head)
+  if (run.chunk->head && produces_loss_)
     throw std::runtime_error(where(chunk, microbatch) + " ends with the head: its output is the loss");
   if (!run.forward_complete())
     throw std::runtime_error(where(chunk, microbatch) + ": its output is taken before its forward completed");
+  if (run.chunk->head) {  // an encoder: its output layer's output
+    std::vector<Tensor>& outputs = run.outputs[run.chunk->head_unit];
+    if (outputs.empty() || outputs[0].empty())
+      throw std::runtime_error(where(chunk, microbatch) + ": its output was taken already");
+    return std::move(outputs[0]);
+  }
   return connection_->take_stream(*run.connection);
 }
 
@@ -77,11 +83,27 @@ Tensor Model::take_chunk_input_grad(uint32_t chunk, uint32_t microbatch) {
 
 void Model::set_chunk_output_grad(uint32_t chunk, uint32_t microbatch, Tensor grad) {
   Run& run = run_of(chunk, microbatch);
-  if (run.chunk->head)
+  if (run.chunk->head && produces_loss_)
     throw std::runtime_error(where(chunk, microbatch) +
                              " ends with the head: its backward starts from the loss");
-  connection_->set_grad(*run.connection, std::move(grad));
+  if (run.chunk->head)
+    run.output_grad = std::move(grad);  // an encoder: the gradient of its output layer's output
+  else
+    connection_->set_grad(*run.connection, std::move(grad));
   run.output_grad_set = true;
+}
+
+const Tensor& Model::head_output(uint32_t chunk, uint32_t microbatch, uint32_t output) {
+  Run& run = run_of(chunk, microbatch);
+  if (!run.chunk->head) throw std::runtime_error(where(chunk, microbatch) + " does not hold the head");
+  if (!run.forward_complete())
+    throw std::runtime_error(where(chunk, microbatch) +
+                             ": its head output is read before its forward completed");
+  const std::vector<Tensor>& outputs = run.outputs[run.chunk->head_unit];
+  if (output >= outputs.size() || outputs[output].empty())
+    throw std::runtime_error(where(chunk, microbatch) + ": its head has no output " + std::to_string(output) +
+                             " now (taken, or freed by its backward)");
+  return outputs[output];
 }
 
 double Model::finish_microbatches() {
@@ -105,7 +127,7 @@ double Model::finish_microbatches() {
                   std::to_string(run->microbatch) + " of unit " + std::to_string(l) + " (" +
                   units_[u]->label + ")");
         }
-        if (!run->chunk->head) continue;
+        if (!run->chunk->head || !produces_loss_) continue;
         loss += run->loss;
         for (std::size_t d = 0; d < run->mtp_losses.size(); ++d) mtp[d] += run->mtp_losses[d];
         ++losses;

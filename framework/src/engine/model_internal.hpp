@@ -115,6 +115,13 @@ struct Model::Run {
   uint32_t backward_stage = 0;
   bool input_set = false, output_grad_set = false;  // a chunk boundary's tensor arrived
   double loss = 0;
+  // An encoder's head: the gradient of its output (set_chunk_output_grad).
+  Tensor output_grad;
+  // MIMO's splice, per special token (ModelOptions::splice_tokens): its positions in the
+  // microbatch (b * seq + s, row-major), the rows replacing the embedding's there, and their
+  // gradient after backward.
+  std::vector<std::vector<int64_t>> splice_positions;
+  std::vector<Tensor> splice_rows, splice_grads;
   // Multi-token prediction, per depth k-1: the rolled tokens and targets, the depth's own
   // stream, the entry's gradients of its two inputs, and the loss; the scale of those losses'
   // gradients (mtp_loss_scaling_factor / depths of the main loss's).

@@ -48,11 +48,17 @@ void check_backward_order(const Model::Run& run, std::size_t u, uint32_t stage) 
                              " ran out of order (expected unit " + std::to_string(run.backward_unit) +
                              " stage " + std::to_string(run.backward_stage) +
                              (run.forward_complete() ? ")" : ", after its forward completes)"));
-  if (static_cast<int64_t>(u) + 1 == static_cast<int64_t>(run.chunk->end_unit) && !run.chunk->head &&
-      !run.output_grad_set)
-    throw std::runtime_error("backward of microbatch " + std::to_string(run.microbatch) +
-                             " of a chunk that ends before the head, before its output gradient arrived "
-                             "(set_chunk_output_grad)");
+}
+
+// The last unit's backward needs the gradient of the chunk's output, unless the chunk ends with
+// a head whose loss seeds it.
+void check_output_grad(const Model::Run& run, std::size_t u, bool loss_head) {
+  if (static_cast<int64_t>(u) + 1 == static_cast<int64_t>(run.chunk->end_unit) &&
+      !(run.chunk->head && loss_head) && !run.output_grad_set)
+    throw std::runtime_error(
+        "backward of microbatch " + std::to_string(run.microbatch) + " of a chunk " +
+        (run.chunk->head ? "that ends with an encoder's output" : "that ends before the head") +
+        ", before its output gradient arrived (set_chunk_output_grad)");
 }
 
 }  // namespace
@@ -60,8 +66,11 @@ void check_backward_order(const Model::Run& run, std::size_t u, uint32_t stage) 
 std::unique_ptr<Model::Run> Model::start_run(uint32_t chunk_index, const Batch& batch, bool training,
                                              uint32_t microbatch, double loss_scale) {
   const auto& shape = batch.tokens.shape();
-  if (shape.size() != 2 || batch.targets.shape() != shape)
+  if (produces_loss_ && (shape.size() != 2 || batch.targets.shape() != shape))
     throw std::runtime_error("a batch must hold tokens and targets of one shape [batch, seq]");
+  if (!produces_loss_ && shape.size() < 2)
+    throw std::runtime_error("an encoder's batch must hold its input as [batch, seq, ...], got " +
+                             shape_string(shape));
   if (shape[1] > settings_.seq_length)
     throw std::runtime_error("sequence of " + std::to_string(shape[1]) +
                              " tokens is longer than model.seq_length (" +
@@ -78,7 +87,8 @@ std::unique_ptr<Model::Run> Model::start_run(uint32_t chunk_index, const Batch& 
   run->batch_shape[1] = shape[1];
   run->profile = training ? profile_ : nullptr;
   if (chunk.embedding) run->tokens = batch.tokens.to(device_);
-  if (chunk.head) run->targets = batch.targets.to(device_);
+  if (chunk.head && produces_loss_) run->targets = batch.targets.to(device_);
+  if (chunk.embedding) find_splice_positions(*run, batch);
   run->loss_scale = Tensor({1}, plx_dtype_f32(), device_);
   run->loss_scale_value = loss_scale;
   const auto scale = static_cast<float>(loss_scale);
@@ -161,6 +171,8 @@ std::vector<DLTensor> Model::forward_inputs(Run& run, std::size_t u, uint32_t st
     case UnitRole::mtp_norm:
       return {connection_->leave(stream_of(run, u), first_stage).view()};
     case UnitRole::head:
+      if (!produces_loss_) return {run.outputs[u - 1][0].view()};  // an encoder's output layer
+      return {run.outputs[u - 1][0].view(), targets_of(run, u).view()};
     case UnitRole::mtp_head:
       return {run.outputs[u - 1][0].view(), targets_of(run, u).view()};
     case UnitRole::mtp_embedding:
@@ -178,6 +190,7 @@ void Model::fold_forward(Run& run, std::size_t u) {
   std::vector<Tensor>& outputs = run.outputs[u];
   switch (units_[u]->role) {
     case UnitRole::embedding:
+      splice_forward(run, outputs[0]);
       connection_->enter(*run.connection, std::move(outputs[0]));
       outputs.clear();
       break;
@@ -189,8 +202,8 @@ void Model::fold_forward(Run& run, std::size_t u) {
     case UnitRole::mtp_norm:
       break;  // the head reads it, and the next MTP depth's entry
     case UnitRole::head:
-      run.loss = device_ops::read_scalar(outputs[0]);
-      break;
+      if (produces_loss_) run.loss = device_ops::read_scalar(outputs[0]);
+      break;  // an encoder's output stays for take_chunk_output
     case UnitRole::mtp_embedding:
       break;  // the entry reads it
     case UnitRole::mtp_entry: {
@@ -211,6 +224,7 @@ void Model::backward_stage(Run& run, std::size_t u, uint32_t stage) {
       stage + 1 == units_[u]->num_stages())
     take_received_output_grad(run);
   check_backward_order(run, u, stage);
+  check_output_grad(run, u, produces_loss_);
   Unit& unit = *units_[u];
   const bool first_stage = stage + 1 == unit.num_stages();  // backward runs a unit's stages last to first
   if (first_stage) residency_->acquire_for_backward(u, profile_);
@@ -249,6 +263,13 @@ void Model::backward_tensors(Run& run, std::size_t u, bool first_stage, std::vec
   };
   switch (unit.role) {
     case UnitRole::head:
+      if (!produces_loss_) {  // an encoder's output layer: the gradient of its output
+        grad_outputs = {run.output_grad.view()};
+        for (uint32_t o = 1; o < unit.num_outputs; ++o) grad_outputs.push_back(absent(run.outputs[u][o]));
+        grad_inputs = {written_like(run.outputs[u - 1][0])};
+        break;
+      }
+      [[fallthrough]];
     case UnitRole::mtp_head:
       grad_outputs = {(unit.role == UnitRole::head ? run.loss_scale : run.mtp_loss_scale).view()};
       for (uint32_t o = 1; o < unit.num_outputs; ++o) grad_outputs.push_back(absent(run.outputs[u][o]));
@@ -265,10 +286,13 @@ void Model::backward_tensors(Run& run, std::size_t u, bool first_stage, std::vec
       grad_inputs = {written_like(df)};
       break;
     }
-    case UnitRole::embedding:
-      grad_outputs = {connection_->enter_backward(*run.connection, first_stage).view()};
+    case UnitRole::embedding: {
+      const Tensor& grad = connection_->enter_backward(*run.connection, first_stage);
+      if (first_stage) splice_backward(run, grad);
+      grad_outputs = {grad.view()};
       grad_inputs = {absent(run.tokens)};
       break;
+    }
     case UnitRole::mtp_entry: {
       const std::size_t d = depth_index(u);
       const Tensor& dz = connection_->enter_backward(stream_of(run, u), first_stage);

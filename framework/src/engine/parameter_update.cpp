@@ -39,6 +39,8 @@ class WholeUpdate final : public ParameterUpdate {
   void finish_gradients(StepProfile*) override {}
   void check_gradients_finite() const override { model_.check_gradients_finite(); }
   double apply(int64_t step) override { return optimizer_.step(step); }
+  double squared_gradient_norm() const override { return optimizer_.squared_norm(); }
+  void apply_with_norm(int64_t step, double norm) override { optimizer_.update(step, norm); }
   double last_lr() const override { return optimizer_.last_lr(); }
   void all_reduce_gradient(std::size_t p, const distributed::Communicator& group) override {
     group.all_reduce(model_.parameters()[p].grad.view(), distributed::ReduceOp::sum);
@@ -170,6 +172,8 @@ class ShardedUpdate final : public ParameterUpdate {
           "non-finite gradient in a shard of another data-parallel rank (its message names the parameter)");
   }
   double apply(int64_t step) override { return optimizer_->step(step); }
+  double squared_gradient_norm() const override { return optimizer_->squared_norm(); }
+  void apply_with_norm(int64_t step, double norm) override { optimizer_->update(step, norm); }
   double last_lr() const override { return optimizer_->last_lr(); }
   // The parameter is alone in its buffer (Model::shard_parameters keeps it so), whose layout is then
   // the same on every stage holding it: this rank's shard of it is summed elementwise.

@@ -33,6 +33,11 @@ class ParameterUpdate {
   virtual void check_gradients_finite() const = 0;
   // Clips and updates every parameter; returns the gradient norm before clipping. `step` is 0-based.
   virtual double apply(int64_t step) = 0;
+  // apply() in its two halves, for one norm over several updates (MIMO's modules clip by the norm
+  // of all their gradients together): the squared gradient norm over this update's parameters
+  // (collective as apply is), then clip by `norm` and update.
+  virtual double squared_gradient_norm() const = 0;
+  virtual void apply_with_norm(int64_t step, double norm) = 0;
   // Sums parameter p's (reduced) gradient over `group`: the stages holding a tied parameter each
   // get the whole gradient (Megatron's embedding group), after the data-parallel reduction.
   virtual void all_reduce_gradient(std::size_t p, const distributed::Communicator& group) = 0;

@@ -62,6 +62,12 @@ void ShardedAdamW::set_stage_sum(std::function<double(double)> sum_over_stages,
 }
 
 double ShardedAdamW::step(int64_t step) {
+  const double norm = std::sqrt(squared_norm());
+  update(step, norm);
+  return norm;
+}
+
+double ShardedAdamW::squared_norm() const {
   const auto& buffers = sharded_->buffers();
   std::vector<DataParallelInstance::Shard> shards;
   // [0]: whole on every tp rank, [1]: tp shards (summed over tp too).
@@ -83,7 +89,14 @@ double ShardedAdamW::step(int64_t step) {
   double sum_sq = replicated[0] + sum_over_ep_(experts) + sum_over_dp_(partitioned[0]);
   if (sum_over_tp_) sum_sq += sum_over_tp_(replicated[1] + sum_over_dp_(partitioned[1]));
   if (sum_over_stages_) sum_sq = sum_over_stages_(sum_sq);
-  const double norm = std::sqrt(sum_sq);
+  return sum_sq;
+}
+
+void ShardedAdamW::update(int64_t step, double norm) {
+  const auto& buffers = sharded_->buffers();
+  std::vector<DataParallelInstance::Shard> shards;
+  for (std::size_t k = 0; k < buffers.size(); ++k)
+    shards.push_back(sharded_->strategy().shard(static_cast<uint32_t>(k)));
   const double lr = learning_rate(settings_, step);
   last_lr_ = lr;
   vector_ops::AdamWStep update = adamw_step_constants(settings_, step, norm);
@@ -99,7 +112,6 @@ double ShardedAdamW::step(int64_t step) {
     }
   }
   sharded_->after_update();
-  return norm;
 }
 
 }  // namespace plexus

@@ -31,6 +31,9 @@ class ShardedAdamW {
   }
   // Clips and updates every shard; returns the norm before clipping. `step` is 0-based.
   double step(int64_t step);
+  // step() in its two halves (AdamW::squared_norm, AdamW::update).
+  double squared_norm() const;
+  void update(int64_t step, double norm);
   double last_lr() const noexcept { return last_lr_; }
   // The moments of buffer k ([shard_numel] each), for checkpoints.
   Tensor& exp_avg(std::size_t k) { return exp_avg_.at(k); }

@@ -66,6 +66,9 @@ class Runtime {
   const Communicator& data_parallel() const;
   std::string data_parallel_kind() const;
   std::vector<std::string> group_kinds() const;
+  // Every group of every kind the topology provider enumerated, over the whole world (also those
+  // this rank is not in): where a module's other ranks are (MIMO's bridge).
+  const Topology& topology() const noexcept { return topology_; }
 
   // Collective over the world, with the same arguments on every rank: new groups of kind
   // `name` from disjoint lists of world ranks (in group-rank order). Returns this rank's
@@ -89,6 +92,7 @@ class Runtime {
   std::unique_ptr<Communicator> world_;
   std::map<std::string, std::unique_ptr<Communicator>, std::less<>> groups_;
   std::vector<std::string> kinds_;  // in the provider's order
+  Topology topology_;
 };
 
 // The leaves where two JSON values differ, as "path: a vs b", at most `limit` of them.

@@ -69,7 +69,11 @@ struct ModelSettings {
   void pad_vocabulary(int64_t tp);
 };
 
-// One microbatch of token ids and next-token targets, int32 [batch, seq].
+// One microbatch of token ids and next-token targets, int32 [batch, seq]. For an encoder (a
+// model whose head produces an output, not a loss: a MIMO modality encoder) `tokens` holds its
+// input, whatever the embedding reads (pixels cut into patches, float32 [batch, patches,
+// patch_dim]: its first two dimensions are the stream's batch and sequence), and `targets` is
+// empty.
 struct Batch {
   Tensor tokens;
   Tensor targets;
@@ -124,6 +128,16 @@ struct ModelOptions {
   // Context parallelism: every layer gets this rank's chunks of each sequence, and must say it is
   // correct on them (PLX_LAYER_CONTEXT_PARALLEL).
   bool context_parallel = false;
+  // A module of a MIMO model (docs/mimo.md): every parameter's name starts with `name_prefix`
+  // ("language_model.", "modality_submodules.images.encoders.clip_encoder."), the head's with
+  // `head_name_prefix` instead when it is set (an encoder's input projection,
+  // "modality_submodules.images.input_projections.0.").
+  std::string name_prefix{}, head_name_prefix{};
+  // MIMO's special tokens, one per modality: the embedding's output rows at each of them are
+  // replaced by that modality's embeddings (set_splice), in the microbatch's row-major (batch,
+  // sequence) order, and their gradient goes back to the modality (take_splice_grad) instead of
+  // to the embedding.
+  std::vector<int32_t> splice_tokens{};
 };
 
 class StepProfile;
@@ -196,6 +210,19 @@ class Model {
   Tensor take_chunk_input_grad(uint32_t chunk, uint32_t microbatch);
   void set_chunk_output_grad(uint32_t chunk, uint32_t microbatch, Tensor grad);
   double finish_microbatches();
+  // Whether the head produces a loss (a language model), or an output (an encoder): then a chunk
+  // with the head hands its head's output 0 on through take_chunk_output and takes its gradient
+  // through set_chunk_output_grad, as a chunk without the head does its stream.
+  bool produces_loss() const noexcept { return produces_loss_; }
+  // MIMO's splice on a chunk with the embedding (ModelOptions::splice_tokens): the embeddings of
+  // special token `token` (its index there) for one microbatch, [N, hidden] in the activation
+  // dtype, N its occurrences in the microbatch; set before the chunk's forward. After the chunk's
+  // backward, take_splice_grad returns their gradient, [N, hidden].
+  void set_splice(uint32_t chunk, uint32_t microbatch, std::size_t token, Tensor rows);
+  Tensor take_splice_grad(uint32_t chunk, uint32_t microbatch, std::size_t token);
+  // Output `output` of the head of a microbatch whose forward completed on a chunk with the head
+  // (a language model's 1: the logits, [batch, seq, vocab]), until finish_microbatches.
+  const Tensor& head_output(uint32_t chunk, uint32_t microbatch, uint32_t output);
   // The last step's (or evaluation's) mean loss of each MTP depth over its microbatches, on a
   // rank whose chunk holds the head; zeros elsewhere (so the pipeline's sum is it). Sized
   // plan().mtp_depths. Not part of the returned loss, which is the main model's.
@@ -294,6 +321,10 @@ class Model {
   // run of the chunk holding the head (nullptr on the other stages).
   std::unique_ptr<Run> forward_only(const Batch& batch);
   void note_in_flight();
+  // model_splice.cpp: the special tokens' rows of the embedding's output and of its gradient.
+  void find_splice_positions(Run& run, const Batch& batch) const;
+  void splice_forward(Run& run, Tensor& embedded) const;
+  void splice_backward(Run& run, const Tensor& grad) const;
   void initialize_one(std::size_t param, uint64_t seed);
   std::vector<float> vocabulary_row(std::size_t head_unit, std::vector<float> local) const;
 
@@ -308,6 +339,9 @@ class Model {
   const distributed::Communicator* tensor_group_ = nullptr;
   bool context_parallel_ = false;  // ModelOptions::context_parallel
   bool sequence_parallel_ = false;
+  bool produces_loss_ = true;  // the head's PLX_LAYER_PRODUCES_LOSS (an encoder's head has none)
+  std::string name_prefix_, head_name_prefix_;  // ModelOptions
+  std::vector<int32_t> splice_tokens_;          // ModelOptions
   std::unique_ptr<ConfigHandle> model_config_;
   std::vector<std::unique_ptr<Unit>> units_;  // every chunk's, in forward order
   std::vector<Chunk> chunks_;

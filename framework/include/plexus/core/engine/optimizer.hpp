@@ -37,6 +37,11 @@ class AdamW {
   // Clips, then updates every parameter from its gradient. Returns the gradient norm before
   // clipping. `step` is 0-based; the bias correction uses step + 1.
   double step(int64_t step);
+  // step() in its two halves, for a norm over more than this store (MIMO: every module's
+  // gradients clip by one global norm): the squared gradient norm over this store (with the sums
+  // over tp, ep and stages set below), then the update clipping by `norm`.
+  double squared_norm() const;
+  void update(int64_t step, double norm);
   double last_lr() const noexcept { return last_lr_; }
   // Under expert parallelism each rank holds only its experts (the parameters whose grad_group
   // is not "dp"): the global norm adds their squared norm summed over the ranks that hold the
