@@ -17,6 +17,7 @@ packages=(
   libomp-dev                              # OpenMP for clang: test.sh's second build
   python3-pil fonts-dejavu-core           # the plots of scripts/mhc_compare.py
   fortunes                                # the default run's corpus (/usr/share/games/fortunes)
+  zlib1g-dev                              # plexus data digits reads scikit-learn's gzip'd digits
 )
 
 missing=()

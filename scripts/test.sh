@@ -22,6 +22,12 @@ if ! "$root/scripts/python-env.sh"; then
   echo "test.sh: !!! WARNING: scripts/python-env.sh failed: the tokenizers interop tests will be SKIPPED !!!" >&2
 fi
 
+# The MIMO tests train on scikit-learn's digits, extracted from Debian's python3-sklearn into the
+# build folder; without it they report themselves skipped.
+if ! "$root/scripts/fetch-digits.sh" "${PLEXUS_BUILD_DIR:-$root/build}/data" >/dev/null; then
+  echo "test.sh: !!! WARNING: scripts/fetch-digits.sh failed: the MIMO digits tests will be SKIPPED !!!" >&2
+fi
+
 # The build type of quickstart.sh's build unless told otherwise, so that one build serves both.
 type="${PLEXUS_TEST_BUILD_TYPE:-${PLEXUS_BUILD_TYPE:-Release}}"
 echo "== test.sh: g++ $type ($build)"

@@ -23,6 +23,7 @@
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "plexus/core/device.hpp"
 #include "plexus/core/distributed/runtime.hpp"
+#include "plexus/core/engine/mimo_trainer.hpp"
 #include "plexus/core/engine/stop_signals.hpp"
 #include "plexus/core/engine/trainer.hpp"
 #include "plexus/core/logging.hpp"
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
   plexus::PluginHost host;
   std::unique_ptr<plexus::distributed::Runtime> runtime;
   std::unique_ptr<plexus::Trainer> trainer;
+  std::unique_ptr<plexus::MimoTrainer> mimo_trainer;
   return plexus::cli::run_guarded("plexus-train", [&] {
     try {
       plexus::cli::PluginOptions plugin_options;
@@ -118,6 +120,7 @@ int main(int argc, char** argv) {
                                                    plugin_options.allow_world_writable};
       plexus::load_configured_plugins(host, run_config, load_options);
       plexus::check_components(host, run_config);
+      plexus::check_mimo_modules(host, run_config, load_options);
 
       const std::filesystem::path checkpoints =
           std::filesystem::path(std::string(run_config.at("run").at("output_dir").as_string())) /
@@ -149,6 +152,23 @@ int main(int argc, char** argv) {
       if (runtime->world_size() > 1 && run_config.at("run").at("device").as_string() == "cuda")
         run_config.at("run").as_object()["device"] = "cuda:" + std::to_string(launch.local_rank);
 
+      if (plexus::is_mimo(run_config)) {
+        // A multi-module model: its own loop over a multimodal dataset (docs/mimo.md).
+        mimo_trainer = std::make_unique<plexus::MimoTrainer>(host, run_config, runtime.get());
+        if (resume_dir) mimo_trainer->resume_from(*resume_dir);
+        const plexus::TrainResult result = mimo_trainer->run();
+        if (runtime->rank() == 0) {
+          std::cerr << "plexus-train: " << (result.exited_at ? "exited (train.exit_interval)" : "done")
+                    << ": " << result.steps_done << " steps";
+          if (result.final_val_loss) std::cerr << ", val_loss " << *result.final_val_loss;
+          if (!result.last_checkpoint.empty())
+            std::cerr << ", checkpoint " << result.last_checkpoint.string();
+          std::cerr << "\n";
+        }
+        mimo_trainer.reset();
+        runtime.reset();
+        return 0;
+      }
       plexus::require_one_model_grid(*runtime);
       trainer = std::make_unique<plexus::Trainer>(
           host, run_config, plexus::make_indexed_data_source(run_config, data_parallel_size(*runtime)),

@@ -9,6 +9,7 @@
 
 #include "plexus/cli.hpp"
 #include "plexus/commands.hpp"
+#include "plexus/core/engine/mimo_trainer.hpp"
 #include "plexus/core/json_text.hpp"
 #include "plexus/core/plugin_host.hpp"
 #include "plexus/core/run_config.hpp"
@@ -72,6 +73,7 @@ int config_command(const std::vector<std::string>& args) {
     PluginHost host;
     load_configured_plugins(host, run_config, {plugin_options.dirs(), plugin_options.allow_world_writable});
     check_components(host, run_config);
+    check_mimo_modules(host, run_config, {plugin_options.dirs(), plugin_options.allow_world_writable});
     if (show) {
       std::cout << json_text(run_config, 2) << "\n";
     } else {

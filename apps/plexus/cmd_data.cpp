@@ -41,6 +41,7 @@
 #include "plexus/core/data/indexed_dataset.hpp"
 #include "plexus/core/data/tokenizer.hpp"
 #include "plexus/core/data/tokenizer_fingerprint.hpp"
+#include "plexus/data_digits.hpp"
 #include "plexus/data_samples.hpp"
 #include "plexus/text_corpus.hpp"
 
@@ -53,6 +54,7 @@ constexpr const char* kHelp =
     R"(usage: plexus data prepare --input FILE_OR_DIR... --output-prefix PREFIX [options]
        plexus data inspect PREFIX [--json] [--chars N] [--first-tokens N] [--tokenizer FILE]
        plexus data samples [--config FILE] [--set KEY=VALUE]... [--split train|valid] [--first N] [--json]
+       plexus data digits --output-prefix PREFIX [--csv FILE]
 
 prepare: tokenizes UTF-8 text files into PREFIX.bin and PREFIX.idx, Megatron-LM's indexed
          dataset format, readable by Megatron as by Plexus. The tokenizer is the byte
@@ -74,6 +76,8 @@ inspect: prints a dataset's dtype, sequence, document and token counts and the s
          (else the ids). Reads any Megatron indexed dataset with an integer dtype.
 samples: the samples a run config's data section serves (data.path's blend, data.split), built
          as plexus-train builds them, and the first of them (`plexus data samples --help`).
+digits:  scikit-learn's 8x8 handwritten digits as a multimodal dataset (images paired with
+         "<image> this digit is <word>") for MIMO training (`plexus data digits --help`).
 )";
 
 fs::path tokenizer_sidecar(const fs::path& prefix) {
@@ -400,12 +404,14 @@ int data_command(const std::vector<std::string>& args) {
       std::cout << kHelp;
       return 0;
     }
-    if (args.empty() || (args[0] != "prepare" && args[0] != "inspect" && args[0] != "samples")) {
-      std::cerr << "plexus data: error: expected 'prepare', 'inspect' or 'samples'\n\n" << kHelp;
+    if (args.empty() ||
+        (args[0] != "prepare" && args[0] != "inspect" && args[0] != "samples" && args[0] != "digits")) {
+      std::cerr << "plexus data: error: expected 'prepare', 'inspect', 'samples' or 'digits'\n\n" << kHelp;
       return 1;
     }
     const std::vector<std::string> rest(args.begin() + 1, args.end());
     if (args[0] == "samples") return data_samples(rest);
+    if (args[0] == "digits") return data_digits(rest);
     return args[0] == "prepare" ? prepare(rest) : inspect(rest);
   });
 }

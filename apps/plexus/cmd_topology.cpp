@@ -184,8 +184,10 @@ int topology_command(const std::vector<std::string>& args) {
               << std::string(run_config.at("distributed").at("topology").at("component").as_string())
               << "' with options "
               << boost::json::serialize(run_config.at("distributed").at("topology").at("options")) << "\n";
+    // Module kinds ("language/tp_dp_cp_pp") are longer: their column is as wide as the longest.
     std::size_t width = 10;
-    for (const std::string& kind : topology.kinds) width = std::max(width, kind.size() + 2);
+    if (!modules_of(topology).empty())
+      for (const std::string& kind : topology.kinds) width = std::max(width, kind.size() + 1);
     for (const std::string& kind : topology.kinds) {
       const auto& groups = topology.groups.at(kind);
       std::cout << "  " << kind << std::string(kind.size() < width ? width - kind.size() : 1, ' ')

@@ -237,7 +237,7 @@ BOOST_AUTO_TEST_CASE(inspect_errors) {
   BOOST_TEST(contains(result.output, "give exactly one dataset PREFIX"), result.output);
   result = run_process(kPlexus + " data frobnicate");
   BOOST_TEST(result.status == 1);
-  BOOST_TEST(contains(result.output, "expected 'prepare', 'inspect' or 'samples'"), result.output);
+  BOOST_TEST(contains(result.output, "expected 'prepare', 'inspect', 'samples' or 'digits'"), result.output);
   result = run_process(kPlexus + " data prepare --help");
   BOOST_TEST(result.status == 0);
   BOOST_TEST(contains(result.output, "--min-doc-chars"), result.output);

@@ -28,6 +28,10 @@ template <>
 constexpr const char* npy_descr<int64_t>() {
   return "<i8";
 }
+template <>
+constexpr const char* npy_descr<float>() {
+  return "<f4";
+}
 
 // Writes values as an array of `columns` columns (1: 1-D) into `file` atomically.
 void write_npy(const std::filesystem::path& file, const char* descr, std::size_t element_size,

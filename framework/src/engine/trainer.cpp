@@ -83,10 +83,8 @@ void require_one_model_grid(const distributed::Runtime& runtime) {
       throw config::ConfigError(
           "distributed.topology",
           "the topology lays out modules on grids of their own (kinds such as '" + kind +
-              "'); plexus-train trains one model over one grid, and training the modules of a MIMO model "
-              "on their own grids is not built yet: use the \"grid\" provider (plexus topology N --config "
-              "FILE "
-              "shows what a module layout would be)");
+              "'), which train a MIMO model: list its encoders in mimo.modules (docs/mimo.md); a model "
+              "without them trains over one grid (the \"grid\" provider)");
 }
 
 Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::unique_ptr<DataSource> data,

@@ -53,7 +53,8 @@ std::unique_ptr<DataSource> make_indexed_data_source(const boost::json::value& r
 
 // Refuses (ConfigError at distributed.topology) a topology whose groups belong to modules on
 // grids of their own ("images/tp": the mimo provider): the trainer trains one model over one
-// grid. The Trainer checks it; a program calls it first to say so before reading any data.
+// grid, MimoTrainer (mimo_trainer.hpp) a model of modules. The Trainer checks it; a program calls
+// it first to say so before reading any data.
 void require_one_model_grid(const distributed::Runtime& runtime);
 
 struct TrainerEvents {

@@ -1,0 +1,151 @@
+#include "engine/mimo/mimo_bridge.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "plexus/core/device.hpp"
+#include "plexus/core/distributed/runtime.hpp"
+
+namespace plexus {
+namespace {
+
+// Rows [first, end) of a [rows, ...] tensor whose rows are `row_elements` float32 values each, as
+// a tensor borrowing its memory.
+Tensor rows_of(const Tensor& t, int64_t first, int64_t end, int64_t row_elements) {
+  return Tensor::borrowed(t.data<float>() + first * row_elements, {(end - first) * row_elements},
+                          plx_dtype_f32(), t.device());
+}
+
+std::string samples_text(const std::vector<int64_t>& samples) {
+  std::string text;
+  for (std::size_t i = 0; i < samples.size() && i < 8; ++i)
+    text += (i ? ", " : "") + std::to_string(samples[i]);
+  return text + (samples.size() > 8 ? ", ..." : "");
+}
+
+}  // namespace
+
+MimoBridge::MimoBridge(const MimoModule& encoder, const MimoModule& language,
+                       const distributed::Runtime* runtime, int64_t rows, int64_t tokens, int64_t hidden,
+                       int32_t tag)
+    : encoder_(&encoder),
+      language_(&language),
+      runtime_(runtime),
+      rows_(rows),
+      tokens_(tokens),
+      hidden_(hidden),
+      encoder_rows_(rows / encoder.dp_size),
+      language_rows_(rows / language.dp_size),
+      tag_(tag),
+      me_(runtime != nullptr ? runtime->rank() : 0) {
+  if (rows % encoder.dp_size != 0 || rows % language.dp_size != 0)
+    throw config::ConfigError(
+        "train.micro_batch_size",
+        "a microbatch of " + std::to_string(rows) + " samples over the language model's " +
+            std::to_string(language.dp_size) + " lanes cannot be cut evenly among the " +
+            std::to_string(encoder.dp_size) + " data-parallel lanes of " + encoder.name +
+            ": micro_batch_size x language dp must be divisible by " + encoder.name + "'s dp");
+  for (int64_t from = 0; from < encoder.dp_size; ++from)
+    for (int64_t to = 0; to < language.dp_size; ++to) {
+      const int64_t first = std::max(from * encoder_rows_, to * language_rows_);
+      const int64_t end = std::min((from + 1) * encoder_rows_, (to + 1) * language_rows_);
+      if (first < end) pieces_.push_back({from, to, first, end});
+    }
+}
+
+Tensor MimoBridge::forward(const Tensor& output, const std::vector<int64_t>& encoder_samples,
+                           const std::vector<int64_t>& language_samples) {
+  const int64_t row = tokens_ * hidden_;
+  if (encoder_->here && output.shape() != std::vector<int64_t>{encoder_rows_, tokens_, hidden_})
+    throw std::runtime_error(encoder_->name + ": its output is " + shape_string(output.shape()) +
+                             "; the bridge to " + "the language model expects [" +
+                             std::to_string(encoder_rows_) + ", " + std::to_string(tokens_) + ", " +
+                             std::to_string(hidden_) +
+                             "] (samples, special tokens per sample, the language model's hidden size)");
+  Tensor received;
+  std::vector<int64_t> seen(static_cast<std::size_t>(language_rows_), -1);
+  if (language_->here) received = Tensor({language_rows_ * tokens_, hidden_}, plx_dtype_f32());
+  std::vector<distributed::Request> requests;
+  std::vector<std::vector<int64_t>> id_buffers(pieces_.size());
+  for (std::size_t p = 0; p < pieces_.size(); ++p) {  // receives first: a rank may send to itself
+    const Piece& piece = pieces_[p];
+    const int32_t from = encoder_->lane_rank[static_cast<std::size_t>(piece.from)];
+    if (!language_->here || piece.to != language_->dp_rank || from == me_) continue;
+    const int64_t at = piece.first - piece.to * language_rows_;
+    id_buffers[p].assign(static_cast<std::size_t>(piece.end - piece.first), -1);
+    const Tensor ids = Tensor::borrowed(id_buffers[p].data(), {piece.end - piece.first}, plx_dtype_i64(),
+                                        DLDevice{kDLCPU, 0});
+    requests.push_back(runtime_->world().start_recv(ids.view(), from, tag_));
+    requests.push_back(runtime_->world().start_recv(
+        rows_of(received, at, at + piece.end - piece.first, row).view(), from, tag_));
+  }
+  std::vector<Tensor> sent_ids;
+  for (std::size_t p = 0; p < pieces_.size(); ++p) {
+    const Piece& piece = pieces_[p];
+    if (!encoder_->here || piece.from != encoder_->dp_rank) continue;
+    const int32_t to = language_->lane_rank[static_cast<std::size_t>(piece.to)];
+    const int64_t at = piece.first - piece.from * encoder_rows_, count = piece.end - piece.first;
+    if (to == me_) {  // both lanes are here
+      const int64_t into = piece.first - piece.to * language_rows_;
+      device::copy(received.data<float>() + into * row, received.device(), output.data<float>() + at * row,
+                   output.device(), static_cast<std::size_t>(count * row) * sizeof(float));
+      for (int64_t r = 0; r < count; ++r)
+        seen[static_cast<std::size_t>(into + r)] = encoder_samples[static_cast<std::size_t>(at + r)];
+      continue;
+    }
+    sent_ids.emplace_back(std::vector<int64_t>{count}, plx_dtype_i64());
+    std::copy_n(encoder_samples.begin() + at, count, sent_ids.back().data<int64_t>());
+    requests.push_back(runtime_->world().start_send(sent_ids.back().view(), to, tag_));
+    requests.push_back(runtime_->world().start_send(rows_of(output, at, at + count, row).view(), to, tag_));
+  }
+  for (distributed::Request& r : requests) r.wait();
+  if (!language_->here) return received;
+  for (std::size_t p = 0; p < pieces_.size(); ++p)
+    for (std::size_t r = 0; r < id_buffers[p].size(); ++r)
+      seen[static_cast<std::size_t>(pieces_[p].first - pieces_[p].to * language_rows_) + r] =
+          id_buffers[p][r];
+  if (seen != language_samples)
+    throw std::runtime_error(
+        "mimo: " + encoder_->name + "'s outputs are of samples [" + samples_text(seen) +
+        "] but language lane " + std::to_string(language_->dp_rank) + " holds samples [" +
+        samples_text(language_samples) +
+        "]: the modules' samples are misaligned (each image must reach the text it belongs to)");
+  return received;
+}
+
+Tensor MimoBridge::backward(const Tensor& grad) {
+  const int64_t row = tokens_ * hidden_;
+  Tensor received;
+  if (encoder_->here) received = Tensor({encoder_rows_, tokens_, hidden_}, plx_dtype_f32());
+  std::vector<distributed::Request> requests;
+  for (const Piece& piece : pieces_) {
+    const int32_t to = language_->lane_rank[static_cast<std::size_t>(piece.to)];
+    if (!encoder_->here || piece.from != encoder_->dp_rank || to == me_) continue;
+    const int64_t at = piece.first - piece.from * encoder_rows_;
+    requests.push_back(runtime_->world().start_recv(
+        rows_of(received, at, at + piece.end - piece.first, row).view(), to, tag_ + 1));
+  }
+  for (const Piece& piece : pieces_) {
+    if (!language_->here || piece.to != language_->dp_rank) continue;
+    const int32_t from = encoder_->lane_rank[static_cast<std::size_t>(piece.from)];
+    const int64_t at = piece.first - piece.to * language_rows_, count = piece.end - piece.first;
+    if (from == me_) {
+      const int64_t into = piece.first - piece.from * encoder_rows_;
+      device::copy(received.data<float>() + into * row, received.device(), grad.data<float>() + at * row,
+                   grad.device(), static_cast<std::size_t>(count * row) * sizeof(float));
+      continue;
+    }
+    requests.push_back(
+        runtime_->world().start_send(rows_of(grad, at, at + count, row).view(), from, tag_ + 1));
+  }
+  for (distributed::Request& r : requests) r.wait();
+  if (encoder_->here && encoder_->dp_size != language_->dp_size) {
+    const float scale = static_cast<float>(encoder_->dp_size) / static_cast<float>(language_->dp_size);
+    float* g = received.data<float>();
+    for (int64_t i = 0; i < received.numel(); ++i) g[i] *= scale;
+  }
+  return received;
+}
+
+}  // namespace plexus

@@ -1,0 +1,169 @@
+#include "engine/mimo/mimo_checkpoint.hpp"
+
+#include <boost/json.hpp>
+
+#include <cstring>
+#include <string>
+
+#include "engine/parameter_update.hpp"
+#include "plexus/core/checkpoint/checkpoint_dir.hpp"
+#include "plexus/core/distributed/runtime.hpp"
+#include "plexus/core/engine/model.hpp"
+
+namespace plexus {
+namespace {
+
+const char* const kMomentSuffix[2] = {".exp_avg", ".exp_avg_sq"};
+constexpr int32_t kTag = 90;
+
+// One module's tensors, packed on the rank that holds it: their names and shapes (JSON), and
+// their float32 values one after another (parameters, then each parameter's two moments).
+struct Packed {
+  boost::json::array index;  // [{"name", "shape", "offset", "optimizer"}]
+  std::vector<float> values;
+};
+
+void add(Packed& packed, const std::string& name, const Tensor& value, bool optimizer) {
+  const Tensor cpu = value.to(DLDevice{kDLCPU, 0});
+  packed.index.push_back(boost::json::object{{"name", name},
+                                             {"shape", boost::json::value_from(cpu.shape())},
+                                             {"offset", static_cast<int64_t>(packed.values.size())},
+                                             {"optimizer", optimizer}});
+  packed.values.insert(packed.values.end(), cpu.data<float>(), cpu.data<float>() + cpu.numel());
+}
+
+Packed pack(Model& model, ParameterUpdate& update) {
+  Packed packed;
+  const ParameterStore& store = model.parameters();
+  for (std::size_t p = 0; p < store.size(); ++p) {
+    add(packed, store[p].name, update.saved_value(p), false);
+    if (store[p].is_buffer()) continue;
+    for (int which = 0; which < 2; ++which)
+      add(packed, store[p].name + kMomentSuffix[which], update.saved_moment(p, which), true);
+  }
+  update.end_save();
+  return packed;
+}
+
+// The packed module from `from` to world rank 0: its index's length and text, then its values.
+void send(const Packed& packed, const distributed::Communicator& world) {
+  const std::string text = boost::json::serialize(packed.index);
+  int64_t sizes[2] = {static_cast<int64_t>(text.size()), static_cast<int64_t>(packed.values.size())};
+  const auto cpu = DLDevice{kDLCPU, 0};
+  world.start_send(Tensor::borrowed(sizes, {2}, plx_dtype_i64(), cpu).view(), 0, kTag).wait();
+  world
+      .start_send(
+          Tensor::borrowed(const_cast<char*>(text.data()), {sizes[0]}, plx_dtype(kDLUInt, 8), cpu).view(), 0,
+          kTag)
+      .wait();
+  world
+      .start_send(
+          Tensor::borrowed(const_cast<float*>(packed.values.data()), {sizes[1]}, plx_dtype_f32(), cpu).view(),
+          0, kTag)
+      .wait();
+}
+
+Packed receive(const distributed::Communicator& world, int32_t from) {
+  int64_t sizes[2] = {0, 0};
+  const auto cpu = DLDevice{kDLCPU, 0};
+  world.start_recv(Tensor::borrowed(sizes, {2}, plx_dtype_i64(), cpu).view(), from, kTag).wait();
+  std::string text(static_cast<std::size_t>(sizes[0]), '\0');
+  world.start_recv(Tensor::borrowed(text.data(), {sizes[0]}, plx_dtype(kDLUInt, 8), cpu).view(), from, kTag)
+      .wait();
+  Packed packed;
+  packed.index = boost::json::parse(text).as_array();
+  packed.values.resize(static_cast<std::size_t>(sizes[1]));
+  world
+      .start_recv(Tensor::borrowed(packed.values.data(), {sizes[1]}, plx_dtype_f32(), cpu).view(), from, kTag)
+      .wait();
+  return packed;
+}
+
+}  // namespace
+
+std::filesystem::path save_mimo_checkpoint(const std::filesystem::path& root, int64_t step,
+                                           const std::vector<MimoModule>& modules,
+                                           const std::vector<std::unique_ptr<Model>>& models,
+                                           const std::vector<std::unique_ptr<ParameterUpdate>>& updates,
+                                           const distributed::Runtime* runtime,
+                                           const boost::json::value& state) {
+  const int32_t me = runtime != nullptr ? runtime->rank() : 0;
+  std::vector<Packed> packed(modules.size());
+  for (std::size_t m = 0; m < modules.size(); ++m) {
+    const int32_t owner = modules[m].lane_rank.front();
+    if (me == owner) packed[m] = pack(*models[m], *updates[m]);
+    if (owner == 0) continue;
+    if (me == owner) send(packed[m], runtime->world());
+    if (me == 0) packed[m] = receive(runtime->world(), owner);
+  }
+  if (me != 0) return {};
+  std::vector<checkpoint::TensorData> model_tensors, optimizer_tensors;
+  for (const Packed& p : packed)
+    for (const boost::json::value& entry : p.index) {
+      checkpoint::TensorData t;
+      t.name = std::string(entry.at("name").as_string());
+      t.dtype = checkpoint::DType::f32;
+      int64_t count = 1;
+      for (const boost::json::value& d : entry.at("shape").as_array()) {
+        t.shape.push_back(d.to_number<int64_t>());
+        count *= t.shape.back();
+      }
+      const float* at = p.values.data() + entry.at("offset").to_number<int64_t>();
+      t.bytes = std::as_bytes(std::span<const float>(at, static_cast<std::size_t>(count)));
+      (entry.at("optimizer").as_bool() ? optimizer_tensors : model_tensors).push_back(std::move(t));
+    }
+  return checkpoint::write_checkpoint(root, step, model_tensors, optimizer_tensors, state,
+                                      {{"plexus.format", "mimo"}});
+}
+
+int64_t load_mimo_checkpoint(const std::filesystem::path& dir, const std::vector<MimoModule>& modules,
+                             const std::vector<std::unique_ptr<Model>>& models,
+                             const std::vector<std::unique_ptr<ParameterUpdate>>& updates) {
+  const checkpoint::LoadedCheckpoint loaded = checkpoint::load_checkpoint(dir);
+  for (std::size_t m = 0; m < modules.size(); ++m) {
+    if (!modules[m].here) continue;
+    Model& model = *models[m];
+    std::vector<checkpoint::ExpectedTensor> expected;
+    const ParameterStore& store = model.parameters();
+    for (std::size_t p = 0; p < store.size(); ++p)
+      expected.push_back({store[p].name, store[p].value.shape(), std::nullopt});
+    // Only this module's tensors are checked here: the file holds the other modules' too.
+    std::vector<std::string> problems;
+    for (const checkpoint::ExpectedTensor& e : expected) {
+      if (!loaded.model.contains(e.name)) {
+        problems.push_back("checkpoint tensor " + e.name + ": missing (expected shape " +
+                           shape_string(e.shape) + ")");
+        continue;
+      }
+      const checkpoint::TensorView view = loaded.model.tensor(e.name);
+      if (std::vector<int64_t>(view.shape.begin(), view.shape.end()) != e.shape ||
+          view.dtype != checkpoint::DType::f32)
+        problems.push_back("checkpoint tensor " + e.name + ": expected float32 " + shape_string(e.shape) +
+                           ", found " + std::string(checkpoint::to_string(view.dtype)) + " " +
+                           shape_string(std::vector<int64_t>(view.shape.begin(), view.shape.end())));
+    }
+    if (!problems.empty()) {
+      std::string text;
+      for (const std::string& p : problems) text += "\n  " + p;
+      throw CheckpointError(dir, "the " + modules[m].name + " module does not fit it:" + text);
+    }
+    const auto copy_into = [](Tensor& into, const checkpoint::TensorView& view) {
+      const Tensor source = Tensor::borrowed(const_cast<std::byte*>(view.bytes.data()), into.shape(),
+                                             plx_dtype_f32(), DLDevice{kDLCPU, 0});
+      into.copy_from(source);
+    };
+    model.write_parameters([&](std::size_t p) {
+      ParameterStore& params = model.parameters();
+      copy_into(params[p].value, loaded.model.tensor(params[p].name));
+    });
+    updates[m]->load_moments([&](std::size_t p, int which, Tensor& whole) {
+      const std::string name = store[p].name + kMomentSuffix[which];
+      if (!loaded.optimizer.contains(name))
+        throw CheckpointError(dir, "optimizer tensor " + name + " is missing");
+      copy_into(whole, loaded.optimizer.tensor(name));
+    });
+  }
+  return loaded.step;
+}
+
+}  // namespace plexus

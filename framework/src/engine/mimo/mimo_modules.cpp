@@ -1,0 +1,157 @@
+// The modules of a MIMO model and this rank's part of each (mimo_modules.hpp), and the checks of
+// the encoders' model sections (check_mimo_modules).
+#include "engine/mimo/mimo_modules.hpp"
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "plexus/core/config.hpp"
+#include "plexus/core/distributed/runtime.hpp"
+#include "plexus/core/engine/mimo_trainer.hpp"
+#include "plexus/core/run_config.hpp"
+
+namespace plexus {
+namespace {
+
+std::string module_path(std::size_t index) {
+  return "mimo.modules[" + std::to_string(index) + "]";
+}
+
+// A ConfigError of an encoder's own run config, named where the user wrote the key: its
+// "model..." paths are mimo.modules[i].model... .
+config::ConfigError at_module(const config::ConfigError& e, std::size_t index) {
+  std::vector<config::Problem> problems;
+  for (const config::Problem& p : e.problems()) {
+    const bool in_model =
+        p.path == "model" || p.path.rfind("model.", 0) == 0 || p.path.rfind("model[", 0) == 0;
+    problems.push_back({in_model ? module_path(index) + "." + p.path : p.path, p.message});
+  }
+  return config::ConfigError(std::move(problems));
+}
+
+}  // namespace
+
+bool is_mimo(const boost::json::value& run_config) {
+  const auto* mimo = run_config.as_object().if_contains("mimo");
+  if (mimo == nullptr || !mimo->is_object()) return false;
+  const auto* modules = mimo->as_object().if_contains("modules");
+  return modules != nullptr && modules->is_array() && !modules->as_array().empty();
+}
+
+boost::json::value encoder_run_config(const boost::json::value& run_config, std::size_t index) {
+  boost::json::value rc = run_config;
+  boost::json::object& root = rc.as_object();
+  root["model"] = run_config.at("mimo").at("modules").as_array().at(index).at("model");
+  root["mimo"] = boost::json::object{{"modules", boost::json::array()}};
+  // The run's plugins are loaded once, by the run config itself; an encoder's section loads only
+  // what it needs beyond them, on demand.
+  if (auto* plugins = root.if_contains("plugins"); plugins != nullptr && plugins->is_object())
+    plugins->as_object()["load"] = boost::json::array();
+  return rc;
+}
+
+void check_mimo_modules(PluginHost& host, boost::json::value& run_config, const PluginLoadOptions& options) {
+  if (!is_mimo(run_config)) return;
+  boost::json::array& modules = run_config.at("mimo").at("modules").as_array();
+  std::set<std::string> names{kLanguageModule};
+  for (std::size_t i = 0; i < modules.size(); ++i) {
+    const std::string name(modules[i].at("name").as_string());
+    if (name.empty() || name.find_first_of("/ ") != std::string::npos || !names.insert(name).second)
+      throw config::ConfigError(module_path(i) + ".name",
+                                "'" + name + "' cannot name a modality: names must be unique, not \"" +
+                                    std::string(kLanguageModule) + "\", without '/' or spaces");
+    boost::json::value rc = encoder_run_config(run_config, i);
+    try {
+      config::validate(rc, framework_schema());
+      load_configured_plugins(host, rc, options);
+      check_components(host, rc);
+    } catch (const config::ConfigError& e) {
+      throw at_module(e, i);
+    }
+    modules[i].as_object()["model"] = rc.at("model");  // its defaults filled in
+  }
+}
+
+std::vector<MimoModule> mimo_modules(const boost::json::value& run_config,
+                                     const distributed::Runtime* runtime) {
+  std::vector<MimoModule> modules;
+  const boost::json::array& encoders = run_config.at("mimo").at("modules").as_array();
+  for (std::size_t i = 0; i < encoders.size(); ++i) {
+    MimoModule m;
+    m.name = std::string(encoders[i].at("name").as_string());
+    m.path = module_path(i);
+    m.encoder = true;
+    m.encoder_name = std::string(encoders[i].at("encoder").as_string());
+    m.special_token = static_cast<int32_t>(encoders[i].at("special_token_id").to_number<int64_t>());
+    m.run_config = encoder_run_config(run_config, i);
+    m.name_prefix = "modality_submodules." + m.name + ".encoders." + m.encoder_name + ".";
+    m.head_name_prefix = "modality_submodules." + m.name + ".input_projections.0.";
+    modules.push_back(std::move(m));
+  }
+  MimoModule language;
+  language.name = kLanguageModule;
+  language.path = "model";
+  language.run_config = run_config;
+  language.name_prefix = "language_model.";
+  modules.push_back(std::move(language));
+
+  const bool one_rank = runtime == nullptr || runtime->world_size() == 1;
+  std::set<std::string> laid_out;
+  if (runtime != nullptr)
+    for (const std::string& kind : runtime->group_kinds())
+      if (const auto slash = kind.find('/'); slash != std::string::npos)
+        laid_out.insert(kind.substr(0, slash));
+  if (laid_out.empty()) {
+    if (!one_rank)
+      throw config::ConfigError(
+          "distributed.topology.component",
+          "a MIMO model (mimo.modules) on " + std::to_string(runtime->world_size()) +
+              " ranks needs the \"mimo\" topology, which lays each module out on ranks of "
+              "its own (docs/mimo.md); one process runs every module on rank 0");
+    for (MimoModule& m : modules) {
+      m.here = true;
+      m.lane_rank = {0};
+    }
+    return modules;
+  }
+  // Megatron's check of the grid map: its keys are the modalities and "language".
+  std::set<std::string> named;
+  for (const MimoModule& m : modules) named.insert(m.name);
+  std::string missing, extra;
+  for (const std::string& n : named)
+    if (!laid_out.count(n)) missing += (missing.empty() ? "" : ", ") + n;
+  for (const std::string& n : laid_out)
+    if (!named.count(n)) extra += (extra.empty() ? "" : ", ") + n;
+  if (!missing.empty() || !extra.empty())
+    throw config::ConfigError("distributed.topology.options.modules",
+                              "the topology's modules must be mimo.modules' names and \"language\"" +
+                                  (missing.empty() ? std::string() : "; missing: " + missing) +
+                                  (extra.empty() ? std::string() : "; not in mimo.modules: " + extra));
+  const distributed::Topology& topology = runtime->topology();
+  for (MimoModule& m : modules) {
+    for (const char* kind : {"tp", "cp", "pp", "ep"}) {
+      const auto it = topology.groups.find(m.name + "/" + kind);
+      if (it != topology.groups.end() && !it->second.empty() && it->second.front().size() > 1)
+        throw config::ConfigError(
+            "distributed.topology.options.modules",
+            "module " + m.name + " has " + kind + " " + std::to_string(it->second.front().size()) +
+                ": MIMO modules are trained with data parallelism only so far (tp, cp, pp "
+                "and ep of 1 in every module)");
+    }
+    const auto lanes = topology.groups.find(m.name + "/dp");
+    if (lanes == topology.groups.end() || lanes->second.size() != 1)
+      throw config::ConfigError("distributed.topology", "module " + m.name +
+                                                            " needs one data-parallel group of all its ranks "
+                                                            "(tp, cp and pp of 1)");
+    m.lane_rank = lanes->second.front();
+    m.dp_size = static_cast<int64_t>(m.lane_rank.size());
+    const auto at = std::find(m.lane_rank.begin(), m.lane_rank.end(), runtime->rank());
+    m.here = at != m.lane_rank.end();
+    m.dp_rank = m.here ? at - m.lane_rank.begin() : 0;
+    m.dp = m.here && m.dp_size > 1 ? runtime->group(m.name + "/dp") : nullptr;
+  }
+  return modules;
+}
+
+}  // namespace plexus

@@ -1,0 +1,54 @@
+// A MIMO model's modules as one rank sees them: each module's run config (an encoder's model
+// section in place of "model"), its parameter names' prefixes, and where its data-parallel lanes
+// are in the world (from the topology's "<module>/<kind>" groups, or rank 0 for one process).
+#pragma once
+
+#include <boost/json/value.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plexus/core/data/multimodal_dataset.hpp"
+
+namespace plexus {
+
+namespace distributed {
+class Runtime;
+class Communicator;
+}  // namespace distributed
+
+inline constexpr const char* kLanguageModule = "language";
+
+struct MimoModule {
+  std::string name;  // "images", or "language"
+  std::string path;  // its config: "mimo.modules[0]", or "model" for the language model
+  bool encoder = false;
+  std::string encoder_name;       // "clip_encoder"
+  int32_t special_token = 0;      // an encoder's
+  boost::json::value run_config;  // the run config as the module's Model reads it
+  // Parameter names: modality_submodules.<name>.encoders.<encoder_name>. and, for the head (the
+  // input projection), modality_submodules.<name>.input_projections.0.; language_model.
+  std::string name_prefix, head_name_prefix;
+
+  // This rank's part.
+  bool here = false;                              // this rank runs the module
+  int64_t dp_size = 1, dp_rank = 0;               // its data-parallel lanes, and this rank's
+  const distributed::Communicator* dp = nullptr;  // its dp group here, when of more than one rank
+  // Per lane: the world rank that sends the lane's outputs over the bridge (an encoder's) or
+  // receives them (the language model's): the lane's only rank, modules having tp, cp and pp 1.
+  std::vector<int32_t> lane_rank;
+};
+
+// The encoders of mimo.modules, in order, then the language model; this rank's part of each from
+// the topology (every module on rank 0 without a runtime or with one rank). Throws
+// config::ConfigError naming the key: modules the topology does not lay out (or lays out and the
+// config does not name), a module with tensor, context, pipeline or expert parallelism (not built
+// for MIMO modules yet), several ranks without the mimo topology.
+std::vector<MimoModule> mimo_modules(const boost::json::value& run_config,
+                                     const distributed::Runtime* runtime);
+
+// The run config of encoder module `index` of mimo.modules: the run config with its model section
+// in place of "model" (the checks of check_mimo_modules fill its defaults).
+boost::json::value encoder_run_config(const boost::json::value& run_config, std::size_t index);
+
+}  // namespace plexus

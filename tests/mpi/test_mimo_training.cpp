@@ -1,0 +1,137 @@
+// MIMO training across real processes under mpirun, against one process: the vision encoder and
+// the language model of configs/mimo_digits.json on ranks of their own (non-colocated: one to
+// one, fan-in from 2 encoder lanes to 1 language lane, fan-out from 1 to 2) and on the same ranks
+// (colocated, 2 lanes each) give the one-process run's losses, weights and Adam moments over 20
+// steps within 1e-6 (float32 sums in another order; a mis-scaled or misrouted gradient differs by
+// percents); a run stopped colocated resumes non-colocated; layouts the trainer cannot run are
+// refused by name.
+#define BOOST_TEST_MODULE mimo_training_ranks
+#include <boost/test/unit_test.hpp>
+
+#include <string>
+
+#include "digits_data.hpp"
+#include "run_comparison.hpp"
+#include "skip_module.hpp"
+#include "temp_dir.hpp"
+
+namespace fs = std::filesystem;
+using namespace plexus::test;
+
+PLEXUS_SKIP_MODULE_UNLESS(
+    digits_csv().has_value() && have_mpirun() && comm_mpi_built(),
+    "needs scikit-learn's digits.csv.gz (scripts/fetch-digits.sh build/data), mpirun and "
+    "the comm_mpi plugin")
+
+namespace {
+
+constexpr double kTolerance = 1e-6;
+// Adam with eps 1 (and a learning rate to match): with eps 1e-8 an element whose gradient is
+// float32 noise gets a full-size update of either sign, so two correct runs that add in another
+// order drift apart by the learning rate; with eps 1 an update is proportional to its gradient
+// and noise stays noise, while a gradient scaled or routed wrongly still differs by percents.
+const std::string kTwenty =
+    "--set train.steps=20 --set train.eval_interval=0 --set optimizer.adam_eps=1 --set optimizer.lr=0.2 ";
+
+struct Runs {
+  TempDir dir;
+  fs::path prefix = digits_dataset(dir.path());
+  // One process; global microbatches of 32 and 64 samples.
+  fs::path ref32 = dir.path() / "ref32", ref64 = dir.path() / "ref64";
+  Runs() {
+    train(ref32, 1, "--set train.micro_batch_size=32");
+    train(ref64, 1, "--set train.micro_batch_size=64");
+  }
+  void train(const fs::path& out, int ranks, const std::string& extra) const {
+    const std::string command = mimo_train_command(prefix, out, kTwenty + extra);
+    const auto run = run_process(kOneThread + (ranks > 1 ? mpirun_command(ranks, 180) : "") + command);
+    BOOST_TEST_REQUIRE(run.status == 0, out.filename() << ":\n" << run.output);
+  }
+  std::string refused(const fs::path& out, int ranks, const std::string& extra) const {
+    const auto run = run_process(kOneThread + mpirun_command(ranks, 120) +
+                                 mimo_train_command(prefix, out, kTwenty + extra));
+    BOOST_TEST(run.status != 0, out.filename() << " was expected to fail");
+    return run.output;
+  }
+};
+Runs& runs() {
+  static Runs r;
+  return r;
+}
+
+void expect_same(const fs::path& reference, const fs::path& run) {
+  const RunDifference d = compare_runs(reference, run, 20);
+  BOOST_TEST(d.losses <= kTolerance);
+  BOOST_TEST(d.weights <= kTolerance);
+  BOOST_TEST(d.moments <= kTolerance);
+}
+
+}  // namespace
+
+// images on rank 0, language on rank 1: the encoder's outputs cross the bridge and come back.
+BOOST_AUTO_TEST_CASE(non_colocated_one_to_one) {
+  const fs::path out = runs().dir.path() / "one_to_one";
+  runs().train(out, 2, "--set train.micro_batch_size=32 " + mimo_topology(1, 0, 1, 1));
+  expect_same(runs().ref32, out);
+}
+
+// images on ranks 0 and 1 (16 samples each), language on rank 2 (32): the language lane joins
+// two encoder lanes' outputs, and the encoder's gradients are scaled by its dp over the
+// language's (2 / 1) so that its lane average is the one loss's gradient.
+BOOST_AUTO_TEST_CASE(non_colocated_fan_in) {
+  const fs::path out = runs().dir.path() / "fan_in";
+  runs().train(out, 3, "--set train.micro_batch_size=32 " + mimo_topology(2, 0, 1, 2));
+  expect_same(runs().ref32, out);
+}
+
+// images on rank 0 (64 samples), language on ranks 1 and 2 (32 each).
+BOOST_AUTO_TEST_CASE(non_colocated_fan_out) {
+  const fs::path out = runs().dir.path() / "fan_out";
+  runs().train(out, 3, "--set train.micro_batch_size=32 " + mimo_topology(1, 0, 2, 1));
+  expect_same(runs().ref64, out);
+}
+
+// Both modules on ranks 0 and 1, 2 lanes each: the bridge is a copy on each rank.
+BOOST_AUTO_TEST_CASE(colocated) {
+  const fs::path out = runs().dir.path() / "colocated";
+  runs().train(out, 2, "--set train.micro_batch_size=32 " + mimo_topology(2, 0, 2, 0));
+  expect_same(runs().ref64, out);
+}
+
+// Stopped at step 10 colocated on 2 ranks, resumed non-colocated on 3 (fan-out): the checkpoint
+// names every tensor by its module, not by the layout that wrote it.
+BOOST_AUTO_TEST_CASE(resumes_on_another_layout) {
+  const fs::path out = runs().dir.path() / "relayout";
+  runs().train(out, 2,
+               "--set train.micro_batch_size=32 --set train.exit_interval=10 " + mimo_topology(2, 0, 2, 0));
+  runs().train(out, 3, "--set train.micro_batch_size=32 --resume latest " + mimo_topology(1, 0, 2, 1));
+  expect_same(runs().ref64, out);
+}
+
+BOOST_AUTO_TEST_CASE(layouts_it_cannot_run_are_refused_by_name) {
+  const fs::path out = runs().dir.path() / "refused";
+  const std::string grid = runs().refused(out, 2, "");
+  BOOST_TEST(
+      grid.find("distributed.topology.component: a MIMO model (mimo.modules) on 2 ranks needs the \"mimo\" "
+                "topology") != std::string::npos,
+      grid);
+  const std::string names = runs().refused(
+      out, 2,
+      "--set " +
+          quote("distributed.topology={\"component\": \"mimo\", \"options\": {\"modules\": [{\"name\": "
+                "\"audio\", \"num_ranks\": 1}, {\"name\": \"language\", \"num_ranks\": 1, \"rank_offset\": "
+                "1}]}}"));
+  BOOST_TEST(names.find("missing: images; not in mimo.modules: audio") != std::string::npos, names);
+  const std::string tp = runs().refused(
+      out, 2,
+      "--set " +
+          quote("distributed.topology={\"component\": \"mimo\", \"options\": {\"modules\": [{\"name\": "
+                "\"images\", \"num_ranks\": 2}, {\"name\": \"language\", \"num_ranks\": 2, \"tp\": 2}]}}"));
+  BOOST_TEST(
+      tp.find("module language has tp 2: MIMO modules are trained with data parallelism only so far") !=
+          std::string::npos,
+      tp);
+  const std::string uneven =
+      runs().refused(out, 3, "--set train.micro_batch_size=1 " + mimo_topology(2, 0, 1, 2));
+  BOOST_TEST(uneven.find("train.micro_batch_size") != std::string::npos, uneven);
+}
