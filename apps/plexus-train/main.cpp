@@ -156,7 +156,19 @@ int main(int argc, char** argv) {
         // A multi-module model: its own loop over a multimodal dataset (docs/mimo.md).
         mimo_trainer = std::make_unique<plexus::MimoTrainer>(host, run_config, runtime.get());
         if (resume_dir) mimo_trainer->resume_from(*resume_dir);
-        const plexus::TrainResult result = mimo_trainer->run();
+        const plexus::StopSignals stop_signals(runtime->rank() == 0);
+        plexus::TrainerEvents events;
+        events.stop_signal = &plexus::StopSignals::received;
+        const plexus::TrainResult result = mimo_trainer->run(events);
+        if (result.interrupted) {
+          if (runtime->rank() == 0)
+            std::cerr << "plexus-train: stopped by " << plexus::signal_name(result.interrupted->signal)
+                      << " after step " << result.interrupted->step << " (exit status " << kExitStopped
+                      << ")\n";
+          mimo_trainer.reset();
+          runtime.reset();
+          return kExitStopped;
+        }
         if (runtime->rank() == 0) {
           std::cerr << "plexus-train: " << (result.exited_at ? "exited (train.exit_interval)" : "done")
                     << ": " << result.steps_done << " steps";

@@ -8,8 +8,11 @@
 
 #include <boost/json.hpp>
 
+#include <chrono>
+#include <csignal>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "digits_data.hpp"
@@ -105,6 +108,33 @@ BOOST_AUTO_TEST_CASE(resumes_exactly) {
   BOOST_TEST(d.losses == 0.0);
   BOOST_TEST(d.weights == 0.0);
   BOOST_TEST(d.moments == 0.0);
+}
+
+// SIGTERM: the run stops after the step it is in, with a checkpoint of it and an "interrupted"
+// record, exit status 75; --resume latest continues from there.
+BOOST_AUTO_TEST_CASE(a_stop_signal_checkpoints_and_resumes) {
+  TempDir out;
+  const fs::path run = out.path() / "run";
+  BackgroundJob job(
+      mimo_train_command(data().prefix, run, "--set train.steps=1000000 --set train.eval_interval=0"),
+      out.path() / "log");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (step_losses(run / "metrics.jsonl").size() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  BOOST_TEST_REQUIRE(::kill(job.pid(), SIGTERM) == 0);
+  const std::optional<int> status = job.wait_for(std::chrono::seconds(60));
+  BOOST_TEST_REQUIRE(status.has_value());
+  BOOST_TEST(*status == 75, job.output());
+  const std::vector<double> losses = step_losses(run / "metrics.jsonl");
+  const auto stopped = static_cast<int>(losses.size());
+  BOOST_TEST(
+      job.output().find("stopped by SIGTERM after step " + std::to_string(stopped)) != std::string::npos,
+      job.output());
+  BOOST_TEST(fs::exists(run / "checkpoints" / step_dir(stopped) / "COMPLETE"));
+  const auto resumed = train(run, "--set train.steps=" + std::to_string(stopped + 3) +
+                                      " --set train.eval_interval=0 --resume latest");
+  BOOST_TEST_REQUIRE(resumed.status == 0, resumed.output);
+  BOOST_TEST(step_losses(run / "metrics.jsonl").size() == losses.size() + 3);
 }
 
 BOOST_AUTO_TEST_CASE(bad_module_configs_are_refused_by_name) {

@@ -1,10 +1,10 @@
 // MIMO training across real processes under mpirun, against one process: the vision encoder and
 // the language model of configs/mimo_digits.json on ranks of their own (non-colocated: one to
-// one, fan-in from 2 encoder lanes to 1 language lane, fan-out from 1 to 2) and on the same ranks
-// (colocated, 2 lanes each) give the one-process run's losses, weights and Adam moments over 20
-// steps within 1e-6 (float32 sums in another order; a mis-scaled or misrouted gradient differs by
-// percents); a run stopped colocated resumes non-colocated; layouts the trainer cannot run are
-// refused by name.
+// one, fan-in from 2 encoder lanes to 1 language lane, fan-out from 1 to 2), on the same ranks
+// (colocated, 2 lanes each), and with the language model over 2 tensor-parallel ranks, give the
+// one-process run's losses and weights over 20 steps within 1e-6 and its Adam moments within 2e-6
+// (float32 sums in another order; a mis-scaled or misrouted gradient differs by percents); a run
+// stopped colocated resumes non-colocated; layouts the trainer cannot run are refused by name.
 #define BOOST_TEST_MODULE mimo_training_ranks
 #include <boost/test/unit_test.hpp>
 
@@ -26,6 +26,8 @@ PLEXUS_SKIP_MODULE_UNLESS(
 namespace {
 
 constexpr double kTolerance = 1e-6;
+// Adam's second moment holds squared gradients: a relative difference e in a gradient is 2e in it.
+constexpr double kMomentTolerance = 2e-6;
 // Adam with eps 1 (and a learning rate to match): with eps 1e-8 an element whose gradient is
 // float32 noise gets a full-size update of either sign, so two correct runs that add in another
 // order drift apart by the learning rate; with eps 1 an update is proportional to its gradient
@@ -36,11 +38,14 @@ const std::string kTwenty =
 struct Runs {
   TempDir dir;
   fs::path prefix = digits_dataset(dir.path());
-  // One process; global microbatches of 32 and 64 samples.
-  fs::path ref32 = dir.path() / "ref32", ref64 = dir.path() / "ref64";
+  // One process; global microbatches of 32 and 64 samples; and 32 with the vocabulary padded to
+  // 20 rows, as two tensor-parallel ranks pad it (make_vocab_size_divisible_by 2 x tp 2).
+  fs::path ref32 = dir.path() / "ref32", ref64 = dir.path() / "ref64",
+           ref32_padded = dir.path() / "ref32_padded";
   Runs() {
     train(ref32, 1, "--set train.micro_batch_size=32");
     train(ref64, 1, "--set train.micro_batch_size=64");
+    train(ref32_padded, 1, "--set train.micro_batch_size=32 --set model.make_vocab_size_divisible_by=4");
   }
   void train(const fs::path& out, int ranks, const std::string& extra) const {
     const std::string command = mimo_train_command(prefix, out, kTwenty + extra);
@@ -63,7 +68,7 @@ void expect_same(const fs::path& reference, const fs::path& run) {
   const RunDifference d = compare_runs(reference, run, 20);
   BOOST_TEST(d.losses <= kTolerance);
   BOOST_TEST(d.weights <= kTolerance);
-  BOOST_TEST(d.moments <= kTolerance);
+  BOOST_TEST(d.moments <= kMomentTolerance);
 }
 
 }  // namespace
@@ -98,6 +103,29 @@ BOOST_AUTO_TEST_CASE(colocated) {
   expect_same(runs().ref64, out);
 }
 
+// The language model over 2 tensor-parallel ranks: the lane's leader (tp rank 0) receives the
+// encoder's rows and broadcasts them over tp, and alone sends their gradients back. Colocated
+// (images on ranks 0 and 1, 16 samples each, into the one language lane on both), and
+// non-colocated (images on rank 0, the language model on ranks 1 and 2).
+std::string language_tp2(int images, bool colocated) {
+  return "--set train.micro_batch_size=32 --set model.make_vocab_size_divisible_by=2 --set " +
+         quote(
+             "distributed.topology={\"component\": \"mimo\", \"options\": {\"modules\": [{\"name\": "
+             "\"images\", "
+             "\"num_ranks\": " +
+             std::to_string(images) +
+             "}, {\"name\": \"language\", \"num_ranks\": 2, \"tp\": 2, \"rank_offset\": " +
+             std::to_string(colocated ? 0 : images) + "}]}}");
+}
+
+BOOST_AUTO_TEST_CASE(language_model_tensor_parallel) {
+  const fs::path colocated = runs().dir.path() / "tp_colocated", apart = runs().dir.path() / "tp_apart";
+  runs().train(colocated, 2, language_tp2(2, true));
+  expect_same(runs().ref32_padded, colocated);
+  runs().train(apart, 3, language_tp2(1, false));
+  expect_same(runs().ref32_padded, apart);
+}
+
 // Stopped at step 10 colocated on 2 ranks, resumed non-colocated on 3 (fan-out): the checkpoint
 // names every tensor by its module, not by the layout that wrote it.
 BOOST_AUTO_TEST_CASE(resumes_on_another_layout) {
@@ -122,15 +150,20 @@ BOOST_AUTO_TEST_CASE(layouts_it_cannot_run_are_refused_by_name) {
                 "\"audio\", \"num_ranks\": 1}, {\"name\": \"language\", \"num_ranks\": 1, \"rank_offset\": "
                 "1}]}}"));
   BOOST_TEST(names.find("missing: images; not in mimo.modules: audio") != std::string::npos, names);
-  const std::string tp = runs().refused(
+  const std::string cp = runs().refused(
       out, 2,
       "--set " +
           quote("distributed.topology={\"component\": \"mimo\", \"options\": {\"modules\": [{\"name\": "
-                "\"images\", \"num_ranks\": 2}, {\"name\": \"language\", \"num_ranks\": 2, \"tp\": 2}]}}"));
-  BOOST_TEST(
-      tp.find("module language has tp 2: MIMO modules are trained with data parallelism only so far") !=
-          std::string::npos,
-      tp);
+                "\"images\", \"num_ranks\": 2}, {\"name\": \"language\", \"num_ranks\": 2, \"cp\": 2}]}}"));
+  BOOST_TEST(cp.find("module language has cp 2: MIMO modules are trained with data parallelism") !=
+                 std::string::npos,
+             cp);
+  const std::string encoder_tp = runs().refused(
+      out, 2,
+      "--set " +
+          quote("distributed.topology={\"component\": \"mimo\", \"options\": {\"modules\": [{\"name\": "
+                "\"images\", \"num_ranks\": 2, \"tp\": 2}, {\"name\": \"language\", \"num_ranks\": 2}]}}"));
+  BOOST_TEST(encoder_tp.find("module images has tp 2") != std::string::npos, encoder_tp);
   const std::string uneven =
       runs().refused(out, 3, "--set train.micro_batch_size=1 " + mimo_topology(2, 0, 1, 2));
   BOOST_TEST(uneven.find("train.micro_batch_size") != std::string::npos, uneven);

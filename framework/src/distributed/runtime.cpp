@@ -190,6 +190,22 @@ void Runtime::build_groups(const Topology& topology) {
   }
 }
 
+namespace {
+thread_local std::string t_module_scope;
+}  // namespace
+
+ModuleGroupScope::ModuleGroupScope(std::string module) : previous_(std::move(t_module_scope)) {
+  t_module_scope = std::move(module);
+}
+
+ModuleGroupScope::~ModuleGroupScope() {
+  t_module_scope = std::move(previous_);
+}
+
+const std::string& ModuleGroupScope::current() noexcept {
+  return t_module_scope;
+}
+
 Runtime::~Runtime() {
   detail::set_comm_runtime(nullptr);
   groups_.clear();  // sub-communicators before the world

@@ -32,7 +32,6 @@ MimoBridge::MimoBridge(const MimoModule& encoder, const MimoModule& language,
     : encoder_(&encoder),
       language_(&language),
       runtime_(runtime),
-      rows_(rows),
       tokens_(tokens),
       hidden_(hidden),
       encoder_rows_(rows / encoder.dp_size),
@@ -71,7 +70,7 @@ Tensor MimoBridge::forward(const Tensor& output, const std::vector<int64_t>& enc
   for (std::size_t p = 0; p < pieces_.size(); ++p) {  // receives first: a rank may send to itself
     const Piece& piece = pieces_[p];
     const int32_t from = encoder_->lane_rank[static_cast<std::size_t>(piece.from)];
-    if (!language_->here || piece.to != language_->dp_rank || from == me_) continue;
+    if (!language_->here || !language_->leader || piece.to != language_->dp_rank || from == me_) continue;
     const int64_t at = piece.first - piece.to * language_rows_;
     id_buffers[p].assign(static_cast<std::size_t>(piece.end - piece.first), -1);
     const Tensor ids = Tensor::borrowed(id_buffers[p].data(), {piece.end - piece.first}, plx_dtype_i64(),
@@ -101,6 +100,10 @@ Tensor MimoBridge::forward(const Tensor& output, const std::vector<int64_t>& enc
   }
   for (distributed::Request& r : requests) r.wait();
   if (!language_->here) return received;
+  if (!language_->leader) {  // the lane's leader received them: they come over tp
+    language_->tp->broadcast(received.view(), 0);
+    return received;
+  }
   for (std::size_t p = 0; p < pieces_.size(); ++p)
     for (std::size_t r = 0; r < id_buffers[p].size(); ++r)
       seen[static_cast<std::size_t>(pieces_[p].first - pieces_[p].to * language_rows_) + r] =
@@ -111,6 +114,7 @@ Tensor MimoBridge::forward(const Tensor& output, const std::vector<int64_t>& enc
         "] but language lane " + std::to_string(language_->dp_rank) + " holds samples [" +
         samples_text(language_samples) +
         "]: the modules' samples are misaligned (each image must reach the text it belongs to)");
+  if (language_->tp != nullptr) language_->tp->broadcast(received.view(), 0);  // the lane's other tp ranks
   return received;
 }
 
@@ -126,8 +130,8 @@ Tensor MimoBridge::backward(const Tensor& grad) {
     requests.push_back(runtime_->world().start_recv(
         rows_of(received, at, at + piece.end - piece.first, row).view(), to, tag_ + 1));
   }
-  for (const Piece& piece : pieces_) {
-    if (!language_->here || piece.to != language_->dp_rank) continue;
+  for (const Piece& piece : pieces_) {  // the lane's leader sends; its tp ranks hold the same gradient
+    if (!language_->here || !language_->leader || piece.to != language_->dp_rank) continue;
     const int32_t from = encoder_->lane_rank[static_cast<std::size_t>(piece.from)];
     const int64_t at = piece.first - piece.to * language_rows_, count = piece.end - piece.first;
     if (from == me_) {

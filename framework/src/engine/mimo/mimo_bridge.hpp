@@ -49,7 +49,7 @@ class MimoBridge {
   const MimoModule* encoder_;
   const MimoModule* language_;
   const distributed::Runtime* runtime_;
-  int64_t rows_, tokens_, hidden_, encoder_rows_, language_rows_;
+  int64_t tokens_, hidden_, encoder_rows_, language_rows_;
   int32_t tag_;
   std::vector<Piece> pieces_;
   int32_t me_ = 0;

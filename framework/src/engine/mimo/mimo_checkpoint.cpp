@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -32,14 +33,30 @@ void add(Packed& packed, const std::string& name, const Tensor& value, bool opti
   packed.values.insert(packed.values.end(), cpu.data<float>(), cpu.data<float>() + cpu.numel());
 }
 
-Packed pack(Model& model, ParameterUpdate& update) {
+// The whole tensor of parameter p's `local` part: a tensor-parallel shard gathered over `tp`
+// (collective: every tp rank packs alike), on the host.
+Tensor whole_of(const Parameter& p, const Tensor& local, const distributed::Communicator* tp) {
+  Tensor mine = local.to(DLDevice{kDLCPU, 0});
+  if (tp == nullptr || !p.tp.split()) return mine;
+  Tensor shards({tp->size() * mine.numel()}, mine.dtype());
+  tp->all_gather(mine.view(), shards.view());
+  Tensor whole(p.whole_shape, mine.dtype());
+  for (int32_t r = 0; r < tp->size(); ++r)
+    place_shard(Tensor::borrowed(shards.data<float>() + r * mine.numel(), mine.shape(), mine.dtype(),
+                                 DLDevice{kDLCPU, 0}),
+                p.tp, r, whole);
+  return whole;
+}
+
+Packed pack(Model& model, ParameterUpdate& update, const distributed::Communicator* tp) {
   Packed packed;
   const ParameterStore& store = model.parameters();
   for (std::size_t p = 0; p < store.size(); ++p) {
-    add(packed, store[p].name, update.saved_value(p), false);
+    add(packed, store[p].name, whole_of(store[p], update.saved_value(p), tp), false);
     if (store[p].is_buffer()) continue;
     for (int which = 0; which < 2; ++which)
-      add(packed, store[p].name + kMomentSuffix[which], update.saved_moment(p, which), true);
+      add(packed, store[p].name + kMomentSuffix[which], whole_of(store[p], update.saved_moment(p, which), tp),
+          true);
   }
   update.end_save();
   return packed;
@@ -91,7 +108,11 @@ std::filesystem::path save_mimo_checkpoint(const std::filesystem::path& root, in
   std::vector<Packed> packed(modules.size());
   for (std::size_t m = 0; m < modules.size(); ++m) {
     const int32_t owner = modules[m].lane_rank.front();
-    if (me == owner) packed[m] = pack(*models[m], *updates[m]);
+    // The module's first lane packs it (its tp ranks gathering every shard), its leader sends it.
+    if (modules[m].here && modules[m].dp_rank == 0) {
+      Packed mine = pack(*models[m], *updates[m], modules[m].tp);
+      if (me == owner) packed[m] = std::move(mine);
+    }
     if (owner == 0) continue;
     if (me == owner) send(packed[m], runtime->world());
     if (me == 0) packed[m] = receive(runtime->world(), owner);
@@ -123,10 +144,11 @@ int64_t load_mimo_checkpoint(const std::filesystem::path& dir, const std::vector
   for (std::size_t m = 0; m < modules.size(); ++m) {
     if (!modules[m].here) continue;
     Model& model = *models[m];
+    const int64_t vocabulary = model.settings().vocab_size;
     std::vector<checkpoint::ExpectedTensor> expected;
     const ParameterStore& store = model.parameters();
     for (std::size_t p = 0; p < store.size(); ++p)
-      expected.push_back({store[p].name, store[p].value.shape(), std::nullopt});
+      expected.push_back({store[p].name, store[p].whole_shape, std::nullopt});
     // Only this module's tensors are checked here: the file holds the other modules' too.
     std::vector<std::string> problems;
     for (const checkpoint::ExpectedTensor& e : expected) {
@@ -136,8 +158,12 @@ int64_t load_mimo_checkpoint(const std::filesystem::path& dir, const std::vector
         continue;
       }
       const checkpoint::TensorView view = loaded.model.tensor(e.name);
-      if (std::vector<int64_t>(view.shape.begin(), view.shape.end()) != e.shape ||
-          view.dtype != checkpoint::DType::f32)
+      std::vector<int64_t> stored(view.shape.begin(), view.shape.end());
+      // A vocabulary's rows may be padded for another tp: the model's vocabulary must be there.
+      const auto p = static_cast<std::size_t>(&e - expected.data());
+      if (store[p].vocabulary_rows() && !stored.empty() && !e.shape.empty() && stored[0] >= vocabulary)
+        stored[0] = e.shape[0];
+      if (stored != e.shape || view.dtype != checkpoint::DType::f32)
         problems.push_back("checkpoint tensor " + e.name + ": expected float32 " + shape_string(e.shape) +
                            ", found " + std::string(checkpoint::to_string(view.dtype)) + " " +
                            shape_string(std::vector<int64_t>(view.shape.begin(), view.shape.end())));
@@ -147,20 +173,32 @@ int64_t load_mimo_checkpoint(const std::filesystem::path& dir, const std::vector
       for (const std::string& p : problems) text += "\n  " + p;
       throw CheckpointError(dir, "the " + modules[m].name + " module does not fit it:" + text);
     }
-    const auto copy_into = [](Tensor& into, const checkpoint::TensorView& view) {
-      const Tensor source = Tensor::borrowed(const_cast<std::byte*>(view.bytes.data()), into.shape(),
-                                             plx_dtype_f32(), DLDevice{kDLCPU, 0});
-      into.copy_from(source);
+    // The whole tensor from the file into parameter p's `into`: its tp shard when it is split. A
+    // vocabulary padded for another tp (its rows differ) gives its rows up to the smaller padding,
+    // zeros beyond, as the plain trainer's checkpoints do.
+    const int32_t tp_rank = modules[m].tp != nullptr ? modules[m].tp->rank() : 0;
+    const auto copy_into = [&](std::size_t p, Tensor& into, const checkpoint::TensorView& view) {
+      Tensor whole(store[p].whole_shape, plx_dtype_f32());
+      const int64_t rows = whole.shape().empty() ? 1 : std::max<int64_t>(1, whole.shape()[0]);
+      const std::size_t row_bytes = std::max<std::size_t>(1, whole.bytes() / static_cast<std::size_t>(rows));
+      const std::size_t bytes = std::min(whole.bytes(), view.bytes.size());
+      std::memcpy(whole.raw(), view.bytes.data(), bytes - bytes % row_bytes);
+      if (!store[p].tp.split()) {
+        into.copy_from(whole);
+        return;
+      }
+      Tensor shard(into.shape(), plx_dtype_f32());
+      copy_shard(whole, store[p].tp, tp_rank, shard);
+      into.copy_from(shard);
     };
     model.write_parameters([&](std::size_t p) {
-      ParameterStore& params = model.parameters();
-      copy_into(params[p].value, loaded.model.tensor(params[p].name));
+      copy_into(p, model.parameters()[p].value, loaded.model.tensor(store[p].name));
     });
-    updates[m]->load_moments([&](std::size_t p, int which, Tensor& whole) {
+    updates[m]->load_moments([&](std::size_t p, int which, Tensor& moment) {
       const std::string name = store[p].name + kMomentSuffix[which];
       if (!loaded.optimizer.contains(name))
         throw CheckpointError(dir, "optimizer tensor " + name + " is missing");
-      copy_into(whole, loaded.optimizer.tensor(name));
+      copy_into(p, moment, loaded.optimizer.tensor(name));
     });
   }
   return loaded.step;

@@ -129,27 +129,43 @@ std::vector<MimoModule> mimo_modules(const boost::json::value& run_config,
                                   (missing.empty() ? std::string() : "; missing: " + missing) +
                                   (extra.empty() ? std::string() : "; not in mimo.modules: " + extra));
   const distributed::Topology& topology = runtime->topology();
+  const auto groups_of = [&](const std::string& kind) -> const std::vector<std::vector<int32_t>>& {
+    static const std::vector<std::vector<int32_t>> none;
+    const auto it = topology.groups.find(kind);
+    return it == topology.groups.end() ? none : it->second;
+  };
+  // Where `rank` sits in its group of `kind`: -1 when in none.
+  const auto position = [&](const std::string& kind, int32_t rank) -> int64_t {
+    for (const auto& g : groups_of(kind))
+      if (const auto at = std::find(g.begin(), g.end(), rank); at != g.end()) return at - g.begin();
+    return -1;
+  };
   for (MimoModule& m : modules) {
-    for (const char* kind : {"tp", "cp", "pp", "ep"}) {
-      const auto it = topology.groups.find(m.name + "/" + kind);
-      if (it != topology.groups.end() && !it->second.empty() && it->second.front().size() > 1)
-        throw config::ConfigError(
-            "distributed.topology.options.modules",
-            "module " + m.name + " has " + kind + " " + std::to_string(it->second.front().size()) +
-                ": MIMO modules are trained with data parallelism only so far (tp, cp, pp "
-                "and ep of 1 in every module)");
+    for (const char* kind : {"cp", "pp", "ep", "tp"}) {
+      const auto& groups = groups_of(m.name + "/" + kind);
+      const std::size_t size = groups.empty() ? 1 : groups.front().size();
+      if (size <= 1 || (std::string(kind) == "tp" && !m.encoder)) continue;
+      throw config::ConfigError(
+          "distributed.topology.options.modules",
+          "module " + m.name + " has " + kind + " " + std::to_string(size) +
+              ": MIMO modules are trained with data parallelism, and the language model "
+              "also with tensor parallelism, so far (cp, pp and ep of 1 in every module, tp "
+              "of 1 in the encoders)");
     }
-    const auto lanes = topology.groups.find(m.name + "/dp");
-    if (lanes == topology.groups.end() || lanes->second.size() != 1)
-      throw config::ConfigError("distributed.topology", "module " + m.name +
-                                                            " needs one data-parallel group of all its ranks "
-                                                            "(tp, cp and pp of 1)");
-    m.lane_rank = lanes->second.front();
+    // The lanes are the dp groups' positions; their leaders the dp group of tp rank 0.
+    for (const std::vector<int32_t>& lanes : groups_of(m.name + "/dp"))
+      if (position(m.name + "/tp", lanes.front()) == 0) m.lane_rank = lanes;
+    if (m.lane_rank.empty())
+      throw config::ConfigError("distributed.topology",
+                                "the topology lays out no dp group of module " + m.name);
     m.dp_size = static_cast<int64_t>(m.lane_rank.size());
-    const auto at = std::find(m.lane_rank.begin(), m.lane_rank.end(), runtime->rank());
-    m.here = at != m.lane_rank.end();
-    m.dp_rank = m.here ? at - m.lane_rank.begin() : 0;
+    const int64_t lane = position(m.name + "/dp", runtime->rank());
+    m.here = lane >= 0;
+    m.dp_rank = m.here ? lane : 0;
     m.dp = m.here && m.dp_size > 1 ? runtime->group(m.name + "/dp") : nullptr;
+    const distributed::Communicator* tp = m.here ? runtime->group(m.name + "/tp") : nullptr;
+    m.tp = tp != nullptr && tp->size() > 1 ? tp : nullptr;
+    m.leader = m.tp == nullptr || m.tp->rank() == 0;
   }
   return modules;
 }

@@ -10,12 +10,15 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include <algorithm>
 
 #include "engine/mimo/mimo_bridge.hpp"
 #include "engine/mimo/mimo_checkpoint.hpp"
@@ -29,6 +32,7 @@
 #include "plexus/core/distributed/runtime.hpp"
 #include "plexus/core/engine/model.hpp"
 #include "plexus/core/engine/optimizer.hpp"
+#include "plexus/core/engine/stop_signals.hpp"
 #include "plexus/core/json_text.hpp"
 #include "plexus/core/logging.hpp"
 
@@ -166,9 +170,12 @@ MimoTrainer::MimoTrainer(const PluginHost& host, boost::json::value run_config,
       t.updates.emplace_back();
       continue;
     }
+    // Its layers find their module's groups ("tp" is "<module>/tp") while it is built and run.
+    const distributed::ModuleGroupScope scope(module.name);
     ModelOptions options;
     options.name_prefix = module.name_prefix;
     options.head_name_prefix = module.head_name_prefix;
+    options.tensor_group = module.tp;
     if (!module.encoder) options.splice_tokens = special;
     t.models.push_back(std::make_unique<Model>(host, module.run_config, options));
     Model& model = *t.models.back();
@@ -178,7 +185,10 @@ MimoTrainer::MimoTrainer(const PluginHost& host, boost::json::value run_config,
           module.encoder ? "an encoder's head must hand its output on (an input projection "
                            "such as vision.projection), not produce a loss"
                          : "the language model's head must produce the loss");
-    t.updates.push_back(make_whole_update(model, optimizer, UpdateRanks{}));
+    UpdateRanks ranks;
+    if (const distributed::Communicator* tp = module.tp; tp != nullptr)
+      ranks.sum_over_tp = [tp](double local) { return tp->all_reduce(local, distributed::ReduceOp::sum); };
+    t.updates.push_back(make_whole_update(model, optimizer, ranks));
     model.initialize(t.seed);
   }
   const int64_t hidden = rc.at("model").at("hidden_size").to_number<int64_t>();
@@ -213,6 +223,7 @@ MimoTrainer::Impl::Microbatches MimoTrainer::Impl::start(int64_t first_index, in
   };
   for (std::size_t m = 0; m < modules.size(); ++m) {
     if (!modules[m].here) continue;
+    const distributed::ModuleGroupScope scope(modules[m].name);
     const bool encoder = modules[m].encoder;
     const int64_t lane_rows = rows / modules[m].dp_size;
     std::vector<Batch> batches;
@@ -234,6 +245,7 @@ double MimoTrainer::Impl::run_microbatch(const Microbatches& mb, uint32_t k, boo
   for (std::size_t e = 0; e < encoders(); ++e) {
     Tensor output;
     if (modules[e].here) {
+      const distributed::ModuleGroupScope scope(modules[e].name);
       models[e]->forward_chunk(0, k);
       output = models[e]->take_chunk_output(0, k);
       if (zero_modalities) output.zero();
@@ -243,6 +255,7 @@ double MimoTrainer::Impl::run_microbatch(const Microbatches& mb, uint32_t k, boo
   Model* lm = language_model();
   std::vector<Tensor> grads(encoders());
   if (language().here) {
+    const distributed::ModuleGroupScope scope(language().name);
     for (std::size_t e = 0; e < encoders(); ++e) lm->set_splice(0, k, e, std::move(spliced[e]));
     lm->forward_chunk(0, k);
     if (training) {
@@ -257,6 +270,7 @@ double MimoTrainer::Impl::run_microbatch(const Microbatches& mb, uint32_t k, boo
   for (std::size_t e = 0; e < encoders(); ++e) {
     Tensor grad = bridges[e]->backward(grads[e]);
     if (!modules[e].here) continue;
+    const distributed::ModuleGroupScope scope(modules[e].name);
     models[e]->set_chunk_output_grad(0, k, std::move(grad));
     models[e]->backward_chunk(0, k);
   }
@@ -298,7 +312,8 @@ double MimoTrainer::Impl::train_step(int64_t step) {
   for (std::size_t m = 0; m < modules.size(); ++m) {
     if (!modules[m].here) continue;
     const double l = models[m]->finish_microbatches();
-    if (!modules[m].encoder) loss = l / static_cast<double>(language().dp_size);
+    // The lane's loss, once (its tp ranks all have it).
+    if (!modules[m].encoder && modules[m].leader) loss = l / static_cast<double>(language().dp_size);
   }
   reduce_gradients();
   // Every rank stops together when any finds a non-finite gradient (Megatron's found_inf, MAX
@@ -335,14 +350,29 @@ MimoTrainer::Impl::Evaluation MimoTrainer::Impl::evaluate() {
     const Microbatches mb = start(b, 1, false, true);
     run_microbatch(mb, 0, false);
     if (language().here && manifest.answer_position > 0) {
-      const Tensor& logits = language_model()->head_output(0, 0, 1);  // [n, L, padded vocab]
-      const int64_t n = logits.shape()[0], length = logits.shape()[1], columns = logits.shape()[2];
-      const Tensor cpu = logits.to(DLDevice{kDLCPU, 0});
+      // The logits at the answer's place: [n, padded vocab / tp] here, each tp rank holding its
+      // consecutive share of the vocabulary (Megatron's vocab-parallel split), gathered.
+      const Tensor logits = language_model()->head_output(0, 0, 1).to(DLDevice{kDLCPU, 0});  // [n, L, V / tp]
+      const int64_t n = logits.shape()[0], length = logits.shape()[1], share = logits.shape()[2];
       const int64_t at = manifest.answer_position - 1;
-      const auto vocab = std::min<int64_t>(columns, static_cast<int64_t>(manifest.vocabulary.size()));
+      Tensor answers({n, share}, plx_dtype_f32());
+      for (int64_t i = 0; i < n; ++i)
+        std::copy_n(logits.data<float>() + (i * length + at) * share, share,
+                    answers.data<float>() + i * share);
+      const int64_t parts = language().tp != nullptr ? language().tp->size() : 1;
+      Tensor gathered({parts, n, share}, plx_dtype_f32());
+      if (parts > 1)
+        language().tp->all_gather(answers.view(), gathered.view());
+      else
+        gathered.copy_from(
+            Tensor::borrowed(answers.raw(), {1, n, share}, plx_dtype_f32(), DLDevice{kDLCPU, 0}));
+      const auto vocab = std::min<int64_t>(parts * share, static_cast<int64_t>(manifest.vocabulary.size()));
       const auto& lane = mb.language_samples[0];
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t predicted = argmax(cpu.data<float>() + (i * length + at) * columns, vocab);
+      std::vector<float> row(static_cast<std::size_t>(parts * share));
+      for (int64_t i = 0; i < n && language().leader; ++i) {
+        for (int64_t r = 0; r < parts; ++r)
+          std::copy_n(gathered.data<float>() + (r * n + i) * share, share, row.data() + r * share);
+        const int64_t predicted = argmax(row.data(), vocab);
         const Batch one = data->language_batch({lane[static_cast<std::size_t>(i)]});
         const int32_t expected = one.targets.data<int32_t>()[at];
         if (predicted == expected) correct += 1;
@@ -356,7 +386,7 @@ MimoTrainer::Impl::Evaluation MimoTrainer::Impl::evaluate() {
     for (std::size_t m = 0; m < modules.size(); ++m) {
       if (!modules[m].here) continue;
       const double l = models[m]->finish_microbatches();
-      if (!modules[m].encoder) loss += l / static_cast<double>(language().dp_size);
+      if (!modules[m].encoder && modules[m].leader) loss += l / static_cast<double>(language().dp_size);
     }
   }
   if (runtime != nullptr && runtime->world_size() > 1) {
@@ -489,6 +519,31 @@ TrainResult MimoTrainer::run(const TrainerEvents& events) {
       result.exited_at = step + 1;
       t.write_metrics({{"event", "exit"}, {"step", step + 1}}, events);
       break;
+    }
+    // A stop signal (SIGTERM, SIGINT) on any rank: every rank stops after this step, with a
+    // checkpoint of it (the plain trainer's agreement, trainer_stop.cpp).
+    if (!last && events.stop_signal) {
+      const int mine = events.stop_signal();
+      const auto agreed = static_cast<int>(t.over_world(mine, distributed::ReduceOp::max));
+      if (agreed != 0) {
+        const int32_t me = t.runtime != nullptr ? t.runtime->rank() : 0;
+        const int32_t world = t.runtime != nullptr ? t.runtime->world_size() : 1;
+        const auto first = static_cast<int32_t>(
+            t.over_world(static_cast<double>(mine != 0 ? me : world), distributed::ReduceOp::min));
+        if (t.writer)
+          progress.line(signal_name(agreed) + " received (first by rank " + std::to_string(first) +
+                        "): stopping after step " + std::to_string(step + 1) + ", writing a checkpoint");
+        const bool saved = t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0;
+        if (!saved) save(step + 1);
+        t.write_metrics({{"event", "interrupted"},
+                         {"step", step + 1},
+                         {"signal", signal_name(agreed)},
+                         {"rank", first},
+                         {"checkpoint", result.last_checkpoint.string()}},
+                        events);
+        result.interrupted = Interruption{agreed, first, step + 1};
+        break;
+      }
     }
   }
   if (t.writer) progress.finish();

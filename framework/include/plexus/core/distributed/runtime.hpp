@@ -95,6 +95,23 @@ class Runtime {
   Topology topology_;
 };
 
+// While one lives on a thread, the group names plugins ask for on that thread (group_get: "tp",
+// "dp") resolve in `module`'s grid first ("<module>/tp", the mimo topology's kinds), then as
+// given: the layers of a MIMO module find their module's groups by the names every layer uses.
+// Scopes nest; the innermost wins.
+class ModuleGroupScope {
+ public:
+  explicit ModuleGroupScope(std::string module);
+  ~ModuleGroupScope();
+  ModuleGroupScope(const ModuleGroupScope&) = delete;
+  ModuleGroupScope& operator=(const ModuleGroupScope&) = delete;
+  // The innermost scope's module on this thread, or "".
+  static const std::string& current() noexcept;
+
+ private:
+  std::string previous_;
+};
+
 // The leaves where two JSON values differ, as "path: a vs b", at most `limit` of them.
 std::vector<std::string> json_differences(const boost::json::value& a, const boost::json::value& b,
                                           std::size_t limit);
