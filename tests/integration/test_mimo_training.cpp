@@ -137,6 +137,24 @@ BOOST_AUTO_TEST_CASE(a_stop_signal_checkpoints_and_resumes) {
   BOOST_TEST(step_losses(run / "metrics.jsonl").size() == losses.size() + 3);
 }
 
+// The language model may be any stack: a hybrid Mamba-2/attention pattern trains under MIMO, its
+// Mamba mixers under language_model.decoder.layers.N.mixer (Megatron's hybrid names).
+BOOST_AUTO_TEST_CASE(a_hybrid_language_model) {
+  TempDir out;
+  const auto run = train(out.path() / "hybrid",
+                         "--set model.pattern=M*M- --set model.num_layers=4 --set " +
+                             quote("model.mamba.options={\"mamba_head_dim\": 16, \"mamba_num_groups\": 2}") +
+                             " --set train.steps=20 --set train.eval_interval=0");
+  BOOST_TEST_REQUIRE(run.status == 0, run.output);
+  const std::vector<double> losses = step_losses(out.path() / "hybrid" / "metrics.jsonl");
+  BOOST_TEST_REQUIRE(losses.size() == 20u);
+  BOOST_TEST(losses.back() < losses.front());
+  const auto saved =
+      plexus::checkpoint::load_checkpoint(out.path() / "hybrid" / "checkpoints" / step_dir(20));
+  BOOST_TEST(saved.model.contains("language_model.decoder.layers.0.mixer.in_proj.weight"));
+  BOOST_TEST(saved.model.contains("language_model.decoder.layers.1.self_attention.linear_qkv.weight"));
+}
+
 BOOST_AUTO_TEST_CASE(bad_module_configs_are_refused_by_name) {
   TempDir out;
   struct Case {

@@ -69,14 +69,10 @@ VisionLayer::VisionLayer(const char* component, const plx_layer_create_args& arg
     throw Error(PLX_ERR_UNSUPPORTED, std::string(component) + " runs on the CPU only (" +
                                          plexus::sdk::device_text(device_) + " requested)");
   const auto host = plexus::sdk::Host::current();
-  // The layers are whole: a tp group of more than one rank would have every rank compute the
-  // same thing, so it is refused rather than run replicated without saying so.
-  const auto tp = plexus::sdk::Group::find(host, "tp");
-  if (tp.size() > 1)
-    throw Error(PLX_ERR_UNSUPPORTED,
-                std::string(component) + " does not split over tensor parallelism (a tp group of " +
-                    std::to_string(tp.size()) +
-                    " ranks); run the vision encoder with tp 1 (distributed.topology.options.tp)");
+  // The layers are whole. Under tensor parallelism (the encoder's transformer layers split over
+  // its tp group) every tp rank computes them whole on the same input, as Megatron's CLIP computes
+  // its conv1 (a plain nn.Conv2d) on every tp rank: their parameters and gradients are the same on
+  // each, and nothing is split or reduced.
   hidden_ = model_positive_int(host, args.model_config, "hidden_size", component);
   init_std_ = model_positive_number(host, args.model_config, "init_method_std", component);
 }

@@ -1,5 +1,5 @@
 // Shared by the vision layers: reading options and the model section, the refusals every layer
-// makes (a device other than the CPU, a tp group of more than one rank), dtype dispatch, tensor
+// makes (a device other than the CPU), dtype dispatch, tensor
 // checks and a base class answering info(), param() and stage().
 #pragma once
 
@@ -61,7 +61,7 @@ plx_param_spec make_param(const char* name, std::initializer_list<int64_t> dims,
 
 // One compute stage named after the component, `num_inputs` inputs and one output, no layer
 // flags (neither PLX_LAYER_PRODUCES_LOSS nor PLX_LAYER_CONTEXT_PARALLEL). Created only on the
-// CPU and only without tensor parallelism: anything else is refused by name.
+// CPU: anything else is refused by name. Whole on every tp rank under tensor parallelism.
 class VisionLayer : public plexus::sdk::Layer {
  public:
   VisionLayer(const char* component, const plx_layer_create_args& args, uint32_t num_inputs);

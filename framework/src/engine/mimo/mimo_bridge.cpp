@@ -82,7 +82,7 @@ Tensor MimoBridge::forward(const Tensor& output, const std::vector<int64_t>& enc
   std::vector<Tensor> sent_ids;
   for (std::size_t p = 0; p < pieces_.size(); ++p) {
     const Piece& piece = pieces_[p];
-    if (!encoder_->here || piece.from != encoder_->dp_rank) continue;
+    if (!encoder_->here || !encoder_->leader || piece.from != encoder_->dp_rank) continue;
     const int32_t to = language_->lane_rank[static_cast<std::size_t>(piece.to)];
     const int64_t at = piece.first - piece.from * encoder_rows_, count = piece.end - piece.first;
     if (to == me_) {  // both lanes are here
@@ -125,7 +125,7 @@ Tensor MimoBridge::backward(const Tensor& grad) {
   std::vector<distributed::Request> requests;
   for (const Piece& piece : pieces_) {
     const int32_t to = language_->lane_rank[static_cast<std::size_t>(piece.to)];
-    if (!encoder_->here || piece.from != encoder_->dp_rank || to == me_) continue;
+    if (!encoder_->here || !encoder_->leader || piece.from != encoder_->dp_rank || to == me_) continue;
     const int64_t at = piece.first - piece.from * encoder_rows_;
     requests.push_back(runtime_->world().start_recv(
         rows_of(received, at, at + piece.end - piece.first, row).view(), to, tag_ + 1));
@@ -144,6 +144,9 @@ Tensor MimoBridge::backward(const Tensor& grad) {
         runtime_->world().start_send(rows_of(grad, at, at + count, row).view(), from, tag_ + 1));
   }
   for (distributed::Request& r : requests) r.wait();
+  // The lane's leader received them: its other tp ranks get them over tp.
+  if (encoder_->here && encoder_->tp != nullptr)
+    encoder_->tp->broadcast(received.view(), encoder_->tp->size() - 1);
   if (encoder_->here && encoder_->dp_size != language_->dp_size) {
     const float scale = static_cast<float>(encoder_->dp_size) / static_cast<float>(language_->dp_size);
     float* g = received.data<float>();

@@ -141,20 +141,22 @@ std::vector<MimoModule> mimo_modules(const boost::json::value& run_config,
     return -1;
   };
   for (MimoModule& m : modules) {
-    for (const char* kind : {"cp", "pp", "ep", "tp"}) {
+    for (const char* kind : {"cp", "pp", "ep"}) {
       const auto& groups = groups_of(m.name + "/" + kind);
       const std::size_t size = groups.empty() ? 1 : groups.front().size();
-      if (size <= 1 || (std::string(kind) == "tp" && !m.encoder)) continue;
-      throw config::ConfigError(
-          "distributed.topology.options.modules",
-          "module " + m.name + " has " + kind + " " + std::to_string(size) +
-              ": MIMO modules are trained with data parallelism, and the language model "
-              "also with tensor parallelism, so far (cp, pp and ep of 1 in every module, tp "
-              "of 1 in the encoders)");
+      if (size <= 1) continue;
+      throw config::ConfigError("distributed.topology.options.modules",
+                                "module " + m.name + " has " + kind + " " + std::to_string(size) +
+                                    ": MIMO modules are trained with data and tensor parallelism so far (cp, "
+                                    "pp and ep of 1 in every module)");
     }
-    // The lanes are the dp groups' positions; their leaders the dp group of tp rank 0.
+    // The lanes are the dp groups' positions. Their leaders are Megatron's: the language model's
+    // first tp rank (which receives), an encoder's last (which sends).
+    const auto& tp_groups = groups_of(m.name + "/tp");
+    const int64_t tp_size = tp_groups.empty() ? 1 : static_cast<int64_t>(tp_groups.front().size());
+    const int64_t leader_position = m.encoder ? tp_size - 1 : 0;
     for (const std::vector<int32_t>& lanes : groups_of(m.name + "/dp"))
-      if (position(m.name + "/tp", lanes.front()) == 0) m.lane_rank = lanes;
+      if (position(m.name + "/tp", lanes.front()) == leader_position) m.lane_rank = lanes;
     if (m.lane_rank.empty())
       throw config::ConfigError("distributed.topology",
                                 "the topology lays out no dp group of module " + m.name);
@@ -165,7 +167,7 @@ std::vector<MimoModule> mimo_modules(const boost::json::value& run_config,
     m.dp = m.here && m.dp_size > 1 ? runtime->group(m.name + "/dp") : nullptr;
     const distributed::Communicator* tp = m.here ? runtime->group(m.name + "/tp") : nullptr;
     m.tp = tp != nullptr && tp->size() > 1 ? tp : nullptr;
-    m.leader = m.tp == nullptr || m.tp->rank() == 0;
+    m.leader = m.tp == nullptr || m.tp->rank() == leader_position;
   }
   return modules;
 }

@@ -34,11 +34,13 @@ struct MimoModule {
   bool here = false;                              // this rank runs the module
   int64_t dp_size = 1, dp_rank = 0;               // its data-parallel lanes, and this rank's
   const distributed::Communicator* dp = nullptr;  // its dp group here, when of more than one rank
-  // Its tensor-parallel group here, when of more than one rank (the language model's: its ranks
-  // of one lane hold the same rows, each its share of the weights).
+  // Its tensor-parallel group here, when of more than one rank: its ranks of one lane hold the
+  // same rows, each its share of the weights.
   const distributed::Communicator* tp = nullptr;
-  // This rank is its lane's first (tp rank 0): the one that receives the bridge's rows and
-  // broadcasts them over tp, sends their gradients back, and reports the lane's loss.
+  // This rank leads its lane over the bridge (Megatron's leaders): the language model's first tp
+  // rank receives the rows, broadcasts them over tp, sends their gradients back and reports the
+  // lane's loss; an encoder's last tp rank sends its rows and receives their gradients, which it
+  // broadcasts over tp.
   bool leader = true;
   // Per lane: its leader's world rank.
   std::vector<int32_t> lane_rank;
@@ -47,8 +49,8 @@ struct MimoModule {
 // The encoders of mimo.modules, in order, then the language model; this rank's part of each from
 // the topology (every module on rank 0 without a runtime or with one rank). Throws
 // config::ConfigError naming the key: modules the topology does not lay out (or lays out and the
-// config does not name), a module with context, pipeline or expert parallelism or an encoder with
-// tensor parallelism (not built for MIMO modules yet), several ranks without the mimo topology.
+// config does not name), a module with context, pipeline or expert parallelism (not built for
+// MIMO modules yet), several ranks without the mimo topology.
 std::vector<MimoModule> mimo_modules(const boost::json::value& run_config,
                                      const distributed::Runtime* runtime);
 
