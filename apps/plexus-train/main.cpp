@@ -14,6 +14,7 @@
 // status 75; a second signal stops at once. SIGXFSZ is ignored, so a write past the file-size
 // limit is an error naming the file rather than a silent death.
 #include <csignal>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -152,55 +153,40 @@ int main(int argc, char** argv) {
       if (runtime->world_size() > 1 && run_config.at("run").at("device").as_string() == "cuda")
         run_config.at("run").as_object()["device"] = "cuda:" + std::to_string(launch.local_rank);
 
+      // A model of modules (mimo.modules) has its own loop over a multimodal dataset (docs/mimo.md);
+      // either trainer runs, stops and reports the same way.
+      std::function<plexus::TrainResult(const plexus::TrainerEvents&)> train;
       if (plexus::is_mimo(run_config)) {
-        // A multi-module model: its own loop over a multimodal dataset (docs/mimo.md).
         mimo_trainer = std::make_unique<plexus::MimoTrainer>(host, run_config, runtime.get());
         if (resume_dir) mimo_trainer->resume_from(*resume_dir);
-        const plexus::StopSignals stop_signals(runtime->rank() == 0);
-        plexus::TrainerEvents events;
-        events.stop_signal = &plexus::StopSignals::received;
-        const plexus::TrainResult result = mimo_trainer->run(events);
-        if (result.interrupted) {
-          if (runtime->rank() == 0)
-            std::cerr << "plexus-train: stopped by " << plexus::signal_name(result.interrupted->signal)
-                      << " after step " << result.interrupted->step << " (exit status " << kExitStopped
-                      << ")\n";
-          mimo_trainer.reset();
-          runtime.reset();
-          return kExitStopped;
-        }
-        if (runtime->rank() == 0) {
-          std::cerr << "plexus-train: " << (result.exited_at ? "exited (train.exit_interval)" : "done")
-                    << ": " << result.steps_done << " steps";
-          if (result.final_val_loss) std::cerr << ", val_loss " << *result.final_val_loss;
-          if (!result.last_checkpoint.empty())
-            std::cerr << ", checkpoint " << result.last_checkpoint.string();
-          std::cerr << "\n";
-        }
-        mimo_trainer.reset();
-        runtime.reset();
-        return 0;
+        train = [&](const plexus::TrainerEvents& events) { return mimo_trainer->run(events); };
+      } else {
+        plexus::require_one_model_grid(*runtime);
+        trainer = std::make_unique<plexus::Trainer>(
+            host, run_config, plexus::make_indexed_data_source(run_config, data_parallel_size(*runtime)),
+            runtime.get());
+        if (resume_dir) trainer->resume_from(*resume_dir);
+        train = [&](const plexus::TrainerEvents& events) { return trainer->run(events); };
       }
-      plexus::require_one_model_grid(*runtime);
-      trainer = std::make_unique<plexus::Trainer>(
-          host, run_config, plexus::make_indexed_data_source(run_config, data_parallel_size(*runtime)),
-          runtime.get());
-      if (resume_dir) trainer->resume_from(*resume_dir);
       // From here on a stop signal is a request to checkpoint and stop; before, nothing has been
       // trained, so it ends the process at once (the default action). Rank 0 acknowledges it.
       const plexus::StopSignals stop_signals(runtime->rank() == 0);
       plexus::TrainerEvents events;
       events.stop_signal = &plexus::StopSignals::received;
-      const plexus::TrainResult result = trainer->run(events);
+      const plexus::TrainResult result = train(events);
+      const auto finish = [&](int status) {
+        trainer.reset();
+        mimo_trainer.reset();
+        runtime.reset();
+        return status;
+      };
       if (result.interrupted) {
         if (runtime->rank() == 0)
           std::cerr << "plexus-train: stopped by " << plexus::signal_name(result.interrupted->signal)
                     << " after step " << result.interrupted->step << " of "
                     << run_config.at("train").at("steps").to_number<int64_t>() << " (exit status "
                     << kExitStopped << ")\n";
-        trainer.reset();
-        runtime.reset();
-        return kExitStopped;
+        return finish(kExitStopped);
       }
       if (const int late = plexus::StopSignals::received(); late != 0 && runtime->rank() == 0)
         std::cerr << "plexus-train: " << plexus::signal_name(late)
@@ -212,9 +198,7 @@ int main(int argc, char** argv) {
         if (!result.last_checkpoint.empty()) std::cerr << ", checkpoint " << result.last_checkpoint.string();
         std::cerr << "\n";
       }
-      trainer.reset();
-      runtime.reset();
-      return 0;
+      return finish(0);
     } catch (const std::exception& e) {
       // One rank's failure must end the others too, or they would wait on it until the timeout.
       if (runtime && runtime->world_size() > 1) {

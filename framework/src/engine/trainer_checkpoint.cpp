@@ -9,6 +9,7 @@
 #include <cstring>
 #include <set>
 
+#include "engine/checkpoint_tensors.hpp"
 #include "engine/pipeline_checkpoint.hpp"
 #include "engine/trainer_impl.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
@@ -75,64 +76,6 @@ std::vector<NamedTensor> gather_named(const distributed::Communicator& group, co
                 mine.bytes());
   }
   return out;
-}
-
-// The whole tensor of a tensor-parallel parameter from every tp rank's shard `local` (collective
-// over `tp`), on the host.
-Tensor gather_whole(const distributed::Communicator& tp, const TensorSplit& split, const Tensor& local) {
-  const Tensor host = local.device().device_type == kDLCPU ? Tensor() : local.to(DLDevice{kDLCPU, 0});
-  const Tensor& mine = host.empty() ? local : host;
-  Tensor shards({tp.size() * mine.numel()}, mine.dtype());
-  tp.all_gather(mine.view(), shards.view());
-  Tensor whole(whole_shape(mine.shape(), split), mine.dtype());
-  for (int32_t r = 0; r < tp.size(); ++r) {
-    const Tensor shard =
-        Tensor::borrowed(static_cast<std::byte*>(shards.raw()) + r * static_cast<int64_t>(mine.bytes()),
-                         mine.shape(), mine.dtype(), DLDevice{kDLCPU, 0});
-    place_shard(shard, split, r, whole);
-  }
-  return whole;
-}
-
-void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file,
-               const checkpoint::StoredTensor& stored) {
-  const auto view = file.tensor(stored.name);  // shapes were checked first
-  if (!stored.transposed) {
-    device::copy(into.raw(), into.device(), view.bytes.data(), DLDevice{kDLCPU, 0}, into.bytes());
-    return;
-  }
-  Tensor host(into.shape(), into.dtype());
-  checkpoint::transpose(view.bytes, stored.shape[0], stored.shape[1], sizeof(float),
-                        {static_cast<std::byte*>(host.raw()), host.bytes()});
-  device::copy(into.raw(), into.device(), host.raw(), DLDevice{kDLCPU, 0}, into.bytes());
-}
-
-// A tensor-parallel rank reads the whole tensor and keeps its shard: a checkpoint of any tp loads
-// at any other. A vocabulary padded otherwise (the file's rows differ: locate_all allowed it only
-// for PLX_PARAM_VOCABULARY) loads its rows up to the smaller padding, zeros beyond it.
-void copy_into(Tensor& into, const checkpoint::SafetensorsFile& file, const checkpoint::StoredTensor& stored,
-               const TensorSplit& split) {
-  const std::vector<int64_t> shape = whole_shape(into.shape(), split);
-  const bool repadded = !stored.shape.empty() && stored.shape[0] != shape[0];
-  if (!split.split() && !repadded) return copy_into(into, file, stored);
-  Tensor whole(shape, into.dtype());
-  if (repadded) {
-    whole.zero();
-    Tensor as_stored(stored.shape, into.dtype());
-    copy_into(as_stored, file, stored);
-    const std::size_t rows = static_cast<std::size_t>(std::min(stored.shape[0], shape[0]));
-    std::memcpy(whole.raw(), as_stored.raw(),
-                rows * (as_stored.bytes() / static_cast<std::size_t>(stored.shape[0])));
-  } else {
-    copy_into(whole, file, stored);
-  }
-  if (!split.split()) {
-    into.copy_from(whole);
-    return;
-  }
-  Tensor shard(into.shape(), into.dtype());
-  copy_shard(whole, split, split.rank, shard);
-  into.copy_from(shard);
 }
 
 // A tensor a checkpoint must hold: its names and its in-memory shape, and whether its rows are
@@ -222,8 +165,6 @@ void report_earlier_layout(const std::filesystem::path& dir, const std::vector<s
                           checkpoint::kLinearLayoutKey +
                           "\" existed: read in that layout; new checkpoints store Megatron's [n*n+2n, n*C]");
 }
-
-const char* const kMomentSuffix[2] = {".exp_avg", ".exp_avg_sq"};
 
 }  // namespace
 
@@ -564,10 +505,10 @@ void Trainer::Impl::load_tensors(const std::filesystem::path& dir,
                  "another padding); the padded rows' logits enter the softmax, so this is a small "
                  "change of the model");
   model->write_parameters(
-      [&](std::size_t p) { copy_into(params[p].value, loaded.model, stored_parameters[p], params[p].tp); });
+      [&](std::size_t p) { read_tensor(params[p].value, loaded.model, stored_parameters[p], params[p].tp); });
   update->load_moments([&](std::size_t p, int which, Tensor& whole) {
-    copy_into(whole, loaded.optimizer, stored_moments[moment_of[p] + static_cast<std::size_t>(which)],
-              params[p].tp);
+    read_tensor(whole, loaded.optimizer, stored_moments[moment_of[p] + static_cast<std::size_t>(which)],
+                params[p].tp);
   });
   report_earlier_layout(dir, earlier_parameters, earlier_moments);
 }

@@ -4,6 +4,7 @@
 // train.exit_interval, the same way without a signal.
 #include <boost/json.hpp>
 
+#include "engine/stop_agreement.hpp"
 #include "engine/trainer_impl.hpp"
 #include "plexus/core/engine/stop_signals.hpp"
 
@@ -11,18 +12,7 @@ namespace plexus {
 
 std::optional<Interruption> Trainer::Impl::agreed_stop(const TrainerEvents& events,
                                                        int64_t steps_done) const {
-  if (!events.stop_signal) return std::nullopt;
-  const int mine = events.stop_signal();
-  // One scalar all-reduce per poll: a signal may reach one rank only (a user signalling one
-  // process), or the ranks during different steps, yet all must stop after the same one.
-  const auto agreed = static_cast<int>(over_job(mine, distributed::ReduceOp::max));
-  if (agreed == 0) return std::nullopt;
-  // Rare, so a second collective: the first rank that saw it, for the message.
-  const int32_t world_rank = runtime != nullptr ? runtime->rank() : 0;
-  const int32_t world_size = runtime != nullptr ? runtime->world_size() : 1;
-  const auto rank = static_cast<int32_t>(
-      over_job(static_cast<double>(mine != 0 ? world_rank : world_size), distributed::ReduceOp::min));
-  return Interruption{agreed, rank, steps_done};
+  return agree_on_stop(events, runtime, steps_done);
 }
 
 void Trainer::Impl::stop_run(const Interruption& stop, int64_t saved_step, detail::Progress& progress,

@@ -3,8 +3,6 @@
 #include <cmath>
 #include <sstream>
 
-#include "plexus/cpp/group.hpp"
-
 namespace plexus::vision {
 
 namespace {

@@ -6,15 +6,16 @@
 #include <cstring>
 #include <string>
 
+#include "engine/checkpoint_tensors.hpp"
 #include "engine/parameter_update.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
+#include "plexus/core/checkpoint/stored_tensor.hpp"
 #include "plexus/core/distributed/runtime.hpp"
 #include "plexus/core/engine/model.hpp"
 
 namespace plexus {
 namespace {
 
-const char* const kMomentSuffix[2] = {".exp_avg", ".exp_avg_sq"};
 constexpr int32_t kTag = 90;
 
 // One module's tensors, packed on the rank that holds it: their names and shapes (JSON), and
@@ -36,16 +37,7 @@ void add(Packed& packed, const std::string& name, const Tensor& value, bool opti
 // The whole tensor of parameter p's `local` part: a tensor-parallel shard gathered over `tp`
 // (collective: every tp rank packs alike), on the host.
 Tensor whole_of(const Parameter& p, const Tensor& local, const distributed::Communicator* tp) {
-  Tensor mine = local.to(DLDevice{kDLCPU, 0});
-  if (tp == nullptr || !p.tp.split()) return mine;
-  Tensor shards({tp->size() * mine.numel()}, mine.dtype());
-  tp->all_gather(mine.view(), shards.view());
-  Tensor whole(p.whole_shape, mine.dtype());
-  for (int32_t r = 0; r < tp->size(); ++r)
-    place_shard(Tensor::borrowed(shards.data<float>() + r * mine.numel(), mine.shape(), mine.dtype(),
-                                 DLDevice{kDLCPU, 0}),
-                p.tp, r, whole);
-  return whole;
+  return tp != nullptr && p.tp.split() ? gather_whole(*tp, p.tp, local) : local.to(DLDevice{kDLCPU, 0});
 }
 
 Packed pack(Model& model, ParameterUpdate& update, const distributed::Communicator* tp) {
@@ -96,6 +88,33 @@ Packed receive(const distributed::Communicator& world, int32_t from) {
   return packed;
 }
 
+// Throws CheckpointError naming `dir` and every parameter of the module's model the file lacks or
+// holds in another shape (a vocabulary padded for another tp fits). The file holds the other
+// modules' too: only this module's are looked at.
+void check_module_fits(const checkpoint::SafetensorsFile& file, const Model& model, const std::string& module,
+                       const std::filesystem::path& dir) {
+  const int64_t vocabulary = model.settings().vocab_size;
+  const ParameterStore& store = model.parameters();
+  std::string problems;
+  for (std::size_t p = 0; p < store.size(); ++p) {
+    const std::vector<int64_t>& expected = store[p].whole_shape;
+    if (!file.contains(store[p].name)) {
+      problems += "\n  checkpoint tensor " + store[p].name + ": missing (expected shape " +
+                  shape_string(expected) + ")";
+      continue;
+    }
+    const checkpoint::TensorView view = file.tensor(store[p].name);
+    const std::vector<int64_t> found(view.shape.begin(), view.shape.end());
+    std::vector<int64_t> fitted = found;
+    if (store[p].vocabulary_rows() && !fitted.empty() && !expected.empty() && fitted[0] >= vocabulary)
+      fitted[0] = expected[0];
+    if (fitted != expected || view.dtype != checkpoint::DType::f32)
+      problems += "\n  checkpoint tensor " + store[p].name + ": expected float32 " + shape_string(expected) +
+                  ", found " + std::string(checkpoint::to_string(view.dtype)) + " " + shape_string(found);
+  }
+  if (!problems.empty()) throw CheckpointError(dir, "the " + module + " module does not fit it:" + problems);
+}
+
 }  // namespace
 
 std::filesystem::path save_mimo_checkpoint(const std::filesystem::path& root, int64_t step,
@@ -144,61 +163,22 @@ int64_t load_mimo_checkpoint(const std::filesystem::path& dir, const std::vector
   for (std::size_t m = 0; m < modules.size(); ++m) {
     if (!modules[m].here) continue;
     Model& model = *models[m];
-    const int64_t vocabulary = model.settings().vocab_size;
-    std::vector<checkpoint::ExpectedTensor> expected;
     const ParameterStore& store = model.parameters();
-    for (std::size_t p = 0; p < store.size(); ++p)
-      expected.push_back({store[p].name, store[p].whole_shape, std::nullopt});
-    // Only this module's tensors are checked here: the file holds the other modules' too.
-    std::vector<std::string> problems;
-    for (const checkpoint::ExpectedTensor& e : expected) {
-      if (!loaded.model.contains(e.name)) {
-        problems.push_back("checkpoint tensor " + e.name + ": missing (expected shape " +
-                           shape_string(e.shape) + ")");
-        continue;
-      }
-      const checkpoint::TensorView view = loaded.model.tensor(e.name);
-      std::vector<int64_t> stored(view.shape.begin(), view.shape.end());
-      // A vocabulary's rows may be padded for another tp: the model's vocabulary must be there.
-      const auto p = static_cast<std::size_t>(&e - expected.data());
-      if (store[p].vocabulary_rows() && !stored.empty() && !e.shape.empty() && stored[0] >= vocabulary)
-        stored[0] = e.shape[0];
-      if (stored != e.shape || view.dtype != checkpoint::DType::f32)
-        problems.push_back("checkpoint tensor " + e.name + ": expected float32 " + shape_string(e.shape) +
-                           ", found " + std::string(checkpoint::to_string(view.dtype)) + " " +
-                           shape_string(std::vector<int64_t>(view.shape.begin(), view.shape.end())));
-    }
-    if (!problems.empty()) {
-      std::string text;
-      for (const std::string& p : problems) text += "\n  " + p;
-      throw CheckpointError(dir, "the " + modules[m].name + " module does not fit it:" + text);
-    }
-    // The whole tensor from the file into parameter p's `into`: its tp shard when it is split. A
-    // vocabulary padded for another tp (its rows differ) gives its rows up to the smaller padding,
-    // zeros beyond, as the plain trainer's checkpoints do.
-    const int32_t tp_rank = modules[m].tp != nullptr ? modules[m].tp->rank() : 0;
-    const auto copy_into = [&](std::size_t p, Tensor& into, const checkpoint::TensorView& view) {
-      Tensor whole(store[p].whole_shape, plx_dtype_f32());
-      const int64_t rows = whole.shape().empty() ? 1 : std::max<int64_t>(1, whole.shape()[0]);
-      const std::size_t row_bytes = std::max<std::size_t>(1, whole.bytes() / static_cast<std::size_t>(rows));
-      const std::size_t bytes = std::min(whole.bytes(), view.bytes.size());
-      std::memcpy(whole.raw(), view.bytes.data(), bytes - bytes % row_bytes);
-      if (!store[p].tp.split()) {
-        into.copy_from(whole);
-        return;
-      }
-      Tensor shard(into.shape(), plx_dtype_f32());
-      copy_shard(whole, store[p].tp, tp_rank, shard);
-      into.copy_from(shard);
+    check_module_fits(loaded.model, model, modules[m].name, dir);
+    // Each rank reads the whole tensors and keeps its part (read_tensor: any tp, any padding).
+    const auto stored = [&](const checkpoint::SafetensorsFile& file, const std::string& name) {
+      const checkpoint::TensorView view = file.tensor(name);
+      return checkpoint::StoredTensor{name, std::vector<int64_t>(view.shape.begin(), view.shape.end())};
     };
     model.write_parameters([&](std::size_t p) {
-      copy_into(p, model.parameters()[p].value, loaded.model.tensor(store[p].name));
+      read_tensor(model.parameters()[p].value, loaded.model, stored(loaded.model, store[p].name),
+                  store[p].tp);
     });
     updates[m]->load_moments([&](std::size_t p, int which, Tensor& moment) {
       const std::string name = store[p].name + kMomentSuffix[which];
       if (!loaded.optimizer.contains(name))
         throw CheckpointError(dir, "optimizer tensor " + name + " is missing");
-      copy_into(p, moment, loaded.optimizer.tensor(name));
+      read_tensor(moment, loaded.optimizer, stored(loaded.optimizer, name), store[p].tp);
     });
   }
   return loaded.step;

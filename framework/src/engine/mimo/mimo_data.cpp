@@ -69,6 +69,16 @@ Batch MimoData::language_batch(const std::vector<int64_t>& samples) const {
   return batch;
 }
 
+int32_t MimoData::answer(int64_t sample) const {
+  const std::vector<int32_t> tokens = dataset_.tokens(static_cast<std::size_t>(sample));
+  const int64_t at = manifest().answer_position;
+  if (at < 0 || at >= static_cast<int64_t>(tokens.size()))
+    throw std::runtime_error(dataset_.prefix().string() + ": sample " + std::to_string(sample) + " has " +
+                             std::to_string(tokens.size()) + " tokens, no answer at position " +
+                             std::to_string(at));
+  return tokens[static_cast<std::size_t>(at)];
+}
+
 Batch MimoData::encoder_batch(const std::vector<int64_t>& samples, int64_t patch_size) const {
   const data::MultimodalManifest& m = manifest();
   if (patch_size < 1 || m.height % patch_size != 0 || m.width % patch_size != 0)

@@ -29,10 +29,12 @@ class MimoData {
   // Validation microbatches of `rows` rows the held-out samples fill.
   int64_t valid_batches(int64_t rows) const;
 
-  // The language model's batch of these samples: tokens [n, L - 1] and next-token targets with
-  // the special token's places (and what precedes the first of them) ignored (-1), as Megatron's
-  // labels are -100 at image tokens. Checks every sample's pairing.
+  // The language model's batch of these samples: tokens [n, L - 1] and the next tokens as
+  // targets, ignored (-1) where the next token is the special token (the image's places), as
+  // Megatron's labels are -100 at image tokens. Checks every sample's pairing.
   Batch language_batch(const std::vector<int64_t>& samples) const;
+  // The token at manifest().answer_position of a sample: what its accuracy asks for.
+  int32_t answer(int64_t sample) const;
   // An encoder's batch: the images cut into patch_size x patch_size patches, float32 [n, P,
   // channels * patch_size^2], each patch's pixels in (channel, row, column) order, patches in
   // row-major order (a Conv2d's with kernel = stride = patch_size).
