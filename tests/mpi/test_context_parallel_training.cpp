@@ -115,8 +115,8 @@ BOOST_AUTO_TEST_CASE(cp_composes_with_dp_tp_and_pp) {
 }
 
 // What context parallelism does not run is refused by name before training: a sequence that does
-// not cut into 2 cp chunks, the layer not built for it (multi-token prediction), and a Mamba-2
-// mixer whose groups do not divide over cp.
+// not cut into 2 cp chunks, a layer not built for it, and a Mamba-2 mixer whose groups do not
+// divide over cp.
 BOOST_AUTO_TEST_CASE(unsupported_cp_runs_are_refused_by_name) {
   Corpus corpus;
   const fs::path root = corpus.dir.path();
@@ -126,10 +126,11 @@ BOOST_AUTO_TEST_CASE(unsupported_cp_runs_are_refused_by_name) {
   const std::string odd = refused("odd", " --set model.seq_length=30");
   BOOST_TEST(odd.find("model.seq_length") != std::string::npos, odd);
   BOOST_TEST(odd.find("multiple of 4") != std::string::npos, odd);
-  const std::string mtp = refused("mtp", " --set model.mtp_num_layers=1");
-  // The MTP entry does not declare PLX_LAYER_CONTEXT_PARALLEL: the host refuses it by name.
-  BOOST_TEST(mtp.find("transformer.mtp_entry") != std::string::npos, mtp);
-  BOOST_TEST(mtp.find("PLX_LAYER_CONTEXT_PARALLEL") != std::string::npos, mtp);
+  // A layer that does not declare PLX_LAYER_CONTEXT_PARALLEL (here the bidirectional attention,
+  // whose context-parallel core is causal only) is refused by the host, by name.
+  const std::string no_mask =
+      refused("no_mask", R"( --set 'model.attention.options={"attn_mask_type": "no_mask"}')");
+  BOOST_TEST(no_mask.find("attn_mask_type") != std::string::npos, no_mask);
   // Mamba-2 at cp 4 with 2 groups: each rank must hold whole groups of heads.
   const std::string mamba = plexus::test::refused_run(
       corpus, root / "mamba", 4,
@@ -156,6 +157,65 @@ BOOST_AUTO_TEST_CASE(hybrid_mamba_under_cp_matches_one_rank) {
     plexus::test::train_ranks(corpus, one, 1, hybrid);
     plexus::test::train_ranks(corpus, split, cp, hybrid + topology("\"cp\": " + std::to_string(cp)));
     expect_close(one, split);
+  }
+}
+
+// The hybrid with tensor parallelism beside cp (tp 2 x cp 2): each rank runs a quarter of the
+// groups of heads (its cp share of its tp share) over the whole sequence, the pre-norm's input
+// gradient summed over tp x cp; with and without sequence parallelism (the rows gathered over tp
+// before cp, and reduce-scattered over cp, then tp). Within 1e-6 of one rank.
+BOOST_AUTO_TEST_CASE(hybrid_mamba_under_tp_and_cp_matches_one_rank) {
+  Corpus corpus;
+  const fs::path root = corpus.dir.path();
+  const std::string hybrid = kModel + kHybrid +
+                             R"( --set 'model.mamba.options={"mamba_state_dim": 16, "mamba_head_dim": 16,)"
+                             R"( "chunk_size": 16, "mamba_num_groups": 4}')";
+  plexus::test::train_ranks(corpus, root / "one", 1, hybrid);
+  plexus::test::train_ranks(corpus, root / "tp2_cp2", 4, hybrid + topology(R"("cp": 2, "tp": 2)"));
+  expect_close(root / "one", root / "tp2_cp2");
+  plexus::test::train_ranks(corpus, root / "tp2_cp2_sp", 4,
+                            hybrid + " --set model.sequence_parallel=true" + topology(R"("cp": 2, "tp": 2)"));
+  expect_close(root / "one", root / "tp2_cp2_sp");
+  // 2 groups do not divide over tp x cp = 4 ranks: refused, naming the option and both sizes.
+  const std::string refused = plexus::test::refused_run(
+      corpus, root / "groups", 4,
+      kModel + kHybrid + topology(R"("cp": 2, "tp": 2)") +
+          R"( --set 'model.mamba.options={"mamba_head_dim": 8, "mamba_num_groups": 2}')");
+  BOOST_TEST(refused.find("mamba_num_groups (2)") != std::string::npos, refused);
+  BOOST_TEST(refused.find("2 x 2 ranks of the tp and cp groups") != std::string::npos, refused);
+}
+
+// Multi-token prediction under cp: depth d's tokens and targets are rolled on the whole sequences
+// before the cut (a rank's chunks are not contiguous), and its last d ignored targets all fall in
+// cp rank 0's last chunk, so the ranks count different tokens: each divides its loss by the ranks'
+// mean count, and their average is the mean over the sequences' counted tokens. Two depths, at
+// cp 2 and 4, and at tp 2 x cp 2 with sequence parallelism; the depths' losses too.
+BOOST_AUTO_TEST_CASE(mtp_under_cp_matches_one_rank) {
+  Corpus corpus;
+  const fs::path root = corpus.dir.path();
+  const std::string mtp =
+      kModel + kGqa + " --set model.mtp_num_layers=2 --set model.mtp_loss_scaling_factor=0.5";
+  plexus::test::train_ranks(corpus, root / "cp1", 1, mtp);
+  plexus::test::train_ranks(corpus, root / "cp2", 2, mtp + topology(R"("cp": 2)"));
+  expect_close(root / "cp1", root / "cp2");
+  plexus::test::train_ranks(corpus, root / "cp4", 4, mtp + topology(R"("cp": 4)"));
+  expect_close(root / "cp1", root / "cp4");
+  plexus::test::train_ranks(corpus, root / "tp2_cp2", 4,
+                            mtp + " --set model.sequence_parallel=true" + topology(R"("cp": 2, "tp": 2)"));
+  expect_close(root / "cp1", root / "tp2_cp2");
+  const auto depth_losses = [](const fs::path& run) {
+    std::vector<double> out;
+    for (const auto& step : plexus::test::records(run / "metrics.jsonl", "step"))
+      for (const auto& depth : step.at("mtp_losses").as_array()) out.push_back(depth.as_double());
+    return out;
+  };
+  const std::vector<double> one = depth_losses(root / "cp1");
+  for (const char* run : {"cp2", "cp4", "tp2_cp2"}) {
+    const std::vector<double> split = depth_losses(root / run);
+    BOOST_TEST_REQUIRE(split.size() == one.size());
+    BOOST_TEST_REQUIRE(split.size() == 2U * kSteps);
+    for (std::size_t i = 0; i < one.size(); ++i)
+      BOOST_TEST(split[i] == one[i], run << " record " << i << boost::test_tools::tolerance(kTolerance));
   }
 }
 

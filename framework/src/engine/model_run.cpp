@@ -12,6 +12,7 @@
 
 #include "engine/device_ops.hpp"
 #include "engine/model_internal.hpp"
+#include "engine/mtp_inputs.hpp"
 #include "engine/pipeline_link.hpp"
 #include "engine/unit_call.hpp"
 #include "plexus/core/device.hpp"
@@ -343,25 +344,30 @@ void Model::fold_backward(Run& run, std::size_t u) {
 // ---- multi-token prediction ----
 
 // A microbatch's MTP inputs on the chunk holding the head: for depth k the tokens and targets
-// rolled k places to the left, the vacated places holding token 0 and target -1 (ignored by the
-// head: Megatron rolls the loss mask with them), a stream of its own, and the scale of its loss's
-// gradient.
+// rolled k places to the left (mtp_inputs.hpp; the batch's own when it carries them, rolled on
+// whole sequences before a context-parallel cut), a stream of its own, and the scale of its
+// loss's gradient.
 void Model::start_mtp(Run& run, const Batch& batch) {
   const std::size_t depths = run.chunk->mtp.size();
+  const bool given = !batch.mtp_tokens.empty();
+  if (given && (batch.mtp_tokens.size() != depths || batch.mtp_targets.size() != depths))
+    throw std::invalid_argument(
+        "the batch carries the rolled inputs of " + std::to_string(batch.mtp_tokens.size()) +
+        " multi-token prediction depths and " + std::to_string(batch.mtp_targets.size()) +
+        " depths' targets; the model has " + std::to_string(depths));
   const Tensor tokens = batch.tokens.to(DLDevice{kDLCPU, 0});
   const Tensor targets = batch.targets.to(DLDevice{kDLCPU, 0});
   const int64_t rows = run.batch_shape[0], seq = run.batch_shape[1];
   for (std::size_t d = 1; d <= depths; ++d) {
-    Tensor rolled_tokens({rows, seq}, plx_dtype_i32()), rolled_targets({rows, seq}, plx_dtype_i32());
-    for (int64_t b = 0; b < rows; ++b)
-      for (int64_t i = 0; i < seq; ++i) {
-        const int64_t from = i + static_cast<int64_t>(d);
-        rolled_tokens.data<int32_t>()[b * seq + i] = from < seq ? tokens.data<int32_t>()[b * seq + from] : 0;
-        rolled_targets.data<int32_t>()[b * seq + i] =
-            from < seq ? targets.data<int32_t>()[b * seq + from] : -1;
-      }
-    run.mtp_tokens.push_back(rolled_tokens.to(device_));
-    run.mtp_targets.push_back(rolled_targets.to(device_));
+    if (given) {
+      run.mtp_tokens.push_back(batch.mtp_tokens[d - 1].to(device_));
+      run.mtp_targets.push_back(batch.mtp_targets[d - 1].to(device_));
+    } else {
+      Tensor rolled_tokens({rows, seq}, plx_dtype_i32()), rolled_targets({rows, seq}, plx_dtype_i32());
+      roll_for_mtp_depth(tokens, targets, static_cast<uint32_t>(d), rolled_tokens, rolled_targets);
+      run.mtp_tokens.push_back(rolled_tokens.to(device_));
+      run.mtp_targets.push_back(rolled_targets.to(device_));
+    }
     run.mtp_connections.push_back(
         connection_->start({rows, stream_seq(seq), run.microbatch, run.training, run.profile}));
   }

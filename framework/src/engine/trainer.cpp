@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "engine/context_parallel.hpp"
+#include "engine/mtp_inputs.hpp"
 #include "engine/sharded_parameters.hpp"
 #include "engine/trainer_impl.hpp"
 #include "plexus/core/config.hpp"
@@ -212,8 +213,21 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
     t.batches.push_back(Batch{Tensor({t.micro_batch_size, local_seq}, plx_dtype_i32()),
                               Tensor({t.micro_batch_size, local_seq}, plx_dtype_i32())});
   if (t.cp != nullptr) {
-    t.whole_batch = Batch{Tensor({t.micro_batch_size, t.seq_length}, plx_dtype_i32()),
-                          Tensor({t.micro_batch_size, t.seq_length}, plx_dtype_i32())};
+    const auto whole = [&] {
+      return Batch{Tensor({t.micro_batch_size, t.seq_length}, plx_dtype_i32()),
+                   Tensor({t.micro_batch_size, t.seq_length}, plx_dtype_i32())};
+    };
+    t.whole_batch = whole();
+    // MTP depth d reads tokens d places on, across this rank's chunks: rolled whole, then cut.
+    if (const uint32_t depths = t.model->plan().mtp_depths; depths > 0) {
+      t.whole_rolled = whole();
+      for (Batch& batch : t.batches)
+        for (uint32_t d = 0; d < depths; ++d) {
+          batch.mtp_tokens.emplace_back(std::vector<int64_t>{t.micro_batch_size, local_seq}, plx_dtype_i32());
+          batch.mtp_targets.emplace_back(std::vector<int64_t>{t.micro_batch_size, local_seq},
+                                         plx_dtype_i32());
+        }
+    }
     if (t.sample_tokens > 0 && t.writer)
       log_info("trainer", "no text samples under context parallelism (sample.tokens is ignored)");
     t.sample_tokens = 0;
@@ -264,6 +278,12 @@ void Trainer::Impl::read_batch(uint64_t at, Batch& batch, bool validation) {
   if (cp == nullptr) return;
   take_context_parallel_chunks(whole_batch.tokens, batch.tokens, cp_rank, cp_size);
   take_context_parallel_chunks(whole_batch.targets, batch.targets, cp_rank, cp_size);
+  for (std::size_t d = 0; d < batch.mtp_tokens.size(); ++d) {
+    roll_for_mtp_depth(whole_batch.tokens, whole_batch.targets, static_cast<uint32_t>(d + 1),
+                       whole_rolled.tokens, whole_rolled.targets);
+    take_context_parallel_chunks(whole_rolled.tokens, batch.mtp_tokens[d], cp_rank, cp_size);
+    take_context_parallel_chunks(whole_rolled.targets, batch.mtp_targets[d], cp_rank, cp_size);
+  }
 }
 
 Trainer::Impl::StepResult Trainer::Impl::train_step(int64_t step) {

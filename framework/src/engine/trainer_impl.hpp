@@ -89,7 +89,10 @@ struct Trainer::Impl {
   double peak_tflops = 0;                         // train.peak_tflops: one device's; 0: no MFU
   std::unique_ptr<PluginMetrics> plugin_metrics;  // the plugins' report_metric values, per step
   std::vector<Batch> batches;
-  Batch whole_batch;  // under context parallelism: a microbatch's whole sequences, before the split
+  // Under context parallelism: a microbatch's whole sequences, before the split, and (with
+  // multi-token prediction) one depth's rolled copy of them, cut after it (mtp_inputs.hpp).
+  Batch whole_batch;
+  Batch whole_rolled;
 
   // trainer.cpp: one optimizer step over this rank's share of the step's global batch.
   struct StepResult {

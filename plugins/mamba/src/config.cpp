@@ -197,12 +197,35 @@ MixerConfig MixerConfig::read(const plexus::sdk::Host& host, plx_config options,
 }
 
 void MixerConfig::split_over(int64_t ranks, const char* group) {
+  const std::string options = std::string("distributed.topology.options.") + group;
+  split_heads(ranks, std::string("the ") + std::to_string(ranks) + " ranks of the " + group + " group (" +
+                         options + ")");
+}
+
+MixerConfig MixerConfig::split_over_cp(int64_t cp_ranks) const {
+  if (tp == 1) {
+    MixerConfig c = *this;
+    c.split_over(cp_ranks, "cp");
+    return c;
+  }
+  // The whole mixer's heads over tp x cp ranks, so the message names the product the user set;
+  // this rank's tp share then plays the whole mixer whose heads the cp ranks divide.
+  MixerConfig c = *this;
+  c.split_heads(tp * cp_ranks, "the " + std::to_string(tp) + " x " + std::to_string(cp_ranks) +
+                                   " ranks of the tp and cp groups (distributed.topology.options.tp "
+                                   "times cp)");
+  c.tp = cp_ranks;
+  c.whole_heads = heads;
+  c.whole_groups = groups;
+  c.whole_d_inner = d_inner;
+  return c;
+}
+
+void MixerConfig::split_heads(int64_t ranks, const std::string& over) {
   const auto require = [&](int64_t value, const char* what) {
     if (value % ranks != 0)
-      bad_option(what, std::string("(") + std::to_string(value) + ") is not divisible by the " +
-                           std::to_string(ranks) + " ranks of the " + group +
-                           " group (distributed.topology.options." + group +
-                           "): each rank holds whole groups of heads");
+      bad_option(what, std::string("(") + std::to_string(value) + ") is not divisible by " + over +
+                           ": each rank holds whole groups of heads");
   };
   require(whole_heads, kHeadsKey);
   require(whole_groups, "mamba_num_groups");

@@ -58,6 +58,14 @@ struct MixerConfig {
   // context parallelism takes 1/cp of the heads; Megatron: heads % n, groups % n), each rank
   // holding whole groups of whole heads; throws naming the option that n does not divide.
   void split_over(int64_t ranks, const char* group = "tp");
+  // This rank's share of the heads under context parallelism: a copy whose heads (and groups,
+  // d_inner) are 1/cp of this config's, and whose "whole" sizes are this config's (the tp share
+  // the cp ranks divide; the whole mixer without tp). Megatron's rule, heads % (tp cp) and
+  // groups % (tp cp), refused naming the option and both sizes.
+  MixerConfig split_over_cp(int64_t cp_ranks) const;
+
+ private:
+  void split_heads(int64_t ranks, const std::string& over);
 };
 
 // The options' schema (JSON text, the subset docs/config.md describes), built from the same

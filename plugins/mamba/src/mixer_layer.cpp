@@ -70,21 +70,24 @@ uint32_t checked_layers(const plx_layer_create_args& args) {
   return num_layers;
 }
 
-// Context parallelism (context_parallel.hpp) runs on the CPU, without tensor parallelism beside
-// it: refused by name otherwise. The config each rank computes with: its 1/cp of the heads.
-MixerConfig context_parallel_config(const plx_layer_create_args& args, const plexus::sdk::Group& tp,
-                                    const plexus::sdk::Group& cp, const MixerConfig& whole) {
-  if (cp.size() <= 1) return whole;
-  const std::string at = std::string(kComponent) + " under context parallelism (a cp group of " +
-                         std::to_string(cp.size()) + " ranks)";
+// Context parallelism (context_parallel.hpp) runs on the CPU: refused by name otherwise. The
+// config each rank computes with: its 1/cp of its tp share of the heads.
+MixerConfig context_parallel_config(const plx_layer_create_args& args, const plexus::sdk::Group& cp,
+                                    const MixerConfig& tp_share) {
+  if (cp.size() <= 1) return tp_share;
   if (args.device.device_type != kDLCPU)
-    throw Error(PLX_ERR_UNSUPPORTED, at + " runs on the CPU only; the CUDA mixer is whole (set cp to 1)");
-  if (tp.size() > 1)
-    throw Error(PLX_ERR_UNSUPPORTED, at + " with tensor parallelism beside it (tp " +
-                                         std::to_string(tp.size()) + ") is not built; set tp or cp to 1");
-  MixerConfig c = whole;
-  c.split_over(cp.size(), "cp");
-  return c;
+    throw Error(PLX_ERR_UNSUPPORTED,
+                std::string(kComponent) + " under context parallelism (a cp group of " +
+                    std::to_string(cp.size()) +
+                    " ranks) runs on the CPU only; the CUDA mixer is whole (set cp to 1)");
+  return tp_share.split_over_cp(cp.size());
+}
+
+// The group whose ranks hold the other heads of the same tokens under context parallelism, over
+// which the pre-norm output's gradient is summed: cp, or tp x cp beside tensor parallelism.
+plexus::sdk::Group heads_group(const plexus::sdk::Group& tp, const plexus::sdk::Group& cp) {
+  if (cp.size() <= 1 || tp.size() <= 1) return cp;
+  return plexus::sdk::Group::find(plexus::sdk::Host::current(), "tp_cp");
 }
 
 class Mixer final : public plexus::sdk::Layer {
@@ -97,8 +100,9 @@ class Mixer final : public plexus::sdk::Layer {
         config_(read_config(args, tp_)),
         params_(declare_params(config_, checked_layers(args))),
         cp_(plexus::sdk::Group::find(plexus::sdk::Host::current(), "cp")),
-        cp_config_(context_parallel_config(args, tp_, cp_, config_)),
+        cp_config_(context_parallel_config(args, cp_, config_)),
         cp_params_(declare_params(cp_config_, checked_layers(args))),
+        heads_group_(heads_group(tp_, cp_)),
         device_(args.device),
         device_impl_(device_.device_type == kDLCUDA ? make_cuda_mixer(config_, device_) : nullptr) {}
 
@@ -354,50 +358,77 @@ class Mixer final : public plexus::sdk::Layer {
   }
 
   // Context parallelism: every rank's chunks gathered and put in sequence order, the mixer run on
-  // this rank's heads (its slices of the whole parameters), out_proj's partial sums put back in
-  // the ranks' order and reduce-scattered to each rank's chunks.
+  // this rank's heads (its slices of the whole parameters, or of its tp share), out_proj's partial
+  // sums put back in the ranks' order and reduce-scattered to each rank's chunks, then summed over
+  // tp (reduce-scattered to this rank's block under sequence parallelism).
   template <class T>
   void cp_forward(MixerStateBase& st, const plx_forward_args& args, int64_t batch, int64_t seq, bool train) {
-    const int64_t rows = batch * seq, dm = config_.d_model;
+    const DLDataType dt = dtype_of(precision_v<T>);
+    const int64_t block = batch * seq, dm = config_.d_model;
+    const int64_t seq_chunks = seq * (sp_ ? tp_.size() : 1);  // this cp rank's tokens per sequence
+    const int64_t rows = batch * seq_chunks;
     const int32_t n = cp_.size();
     const auto all = static_cast<std::size_t>(rows * n * dm);
     std::vector<plexus::kernels::Buffer> slices(cp_params_.specs.size());
     const std::vector<DLTensor> views = cp_slices<T>(args.params, slices, false);
-    plexus::kernels::Buffer gathered, x_buf, out_buf;
+    plexus::kernels::Buffer chunks_buf, gathered, x_buf, out_buf, partial_buf;
+    const T* chunks = data<T>(args.inputs[0]);
+    if (sp_) {
+      T* whole_chunks = chunks_buf.get<T>(static_cast<std::size_t>(rows * dm));
+      tp_.gather_rows(chunks, whole_chunks, block, dm, dt, device_);
+      chunks = whole_chunks;
+    }
     T* by_rank = gathered.get<T>(all);
-    cp_.gather_rows(data<T>(args.inputs[0]), by_rank, rows, dm, dtype_of(precision_v<T>), device_);
+    cp_.gather_rows(chunks, by_rank, rows, dm, dt, device_);
     T* x = x_buf.get<T>(all);
-    cp_rows_to_sequence<T>(by_rank, x, batch, seq, dm, n);
+    cp_rows_to_sequence<T>(by_rank, x, batch, seq_chunks, dm, n);
     T* out = out_buf.get<T>(all);
-    mixer_forward<T>(cp_config_, weights<T>(views.data()), batch, seq * n, x, out,
+    mixer_forward<T>(cp_config_, weights<T>(views.data()), batch, seq_chunks * n, x, out,
                      train ? &static_cast<MixerState&>(st) : nullptr);
-    cp_rows_to_rank_major<T>(out, by_rank, batch, seq, dm, n);
-    cp_.finish(cp_.start_scatter_sum_rows(by_rank, data<T>(args.outputs[0]), rows, dm,
-                                          dtype_of(precision_v<T>), device_));
+    cp_rows_to_rank_major<T>(out, by_rank, batch, seq_chunks, dm, n);
+    T* output = data<T>(args.outputs[0]);
+    T* partial = sp_ ? partial_buf.get<T>(static_cast<std::size_t>(rows * dm)) : output;
+    cp_.finish(cp_.start_scatter_sum_rows(by_rank, partial, rows, dm, dt, device_));
+    if (sp_)
+      tp_.finish(tp_.start_scatter_sum_rows(partial, output, block, dm, dt, device_));
+    else
+      tp_.all_reduce(args.outputs[0]);
   }
 
   // The backward: every rank's output gradient gathered in sequence order, the mixer's backward on
-  // this rank's heads (the pre-norm's input gradient summed over cp), this rank's chunks of the
-  // input gradient, and the slices' gradients added into the whole ones (a whole parameter's / cp).
+  // this rank's heads (the pre-norm's input gradient summed over the ranks holding the other heads,
+  // cp or tp x cp), this rank's chunks (its block of them under sequence parallelism) of the input
+  // gradient, and the slices' gradients added into the whole ones (a whole parameter's / cp).
   template <class T>
   void cp_backward(MixerStateBase& st, const plx_backward_args& args, int64_t batch, int64_t seq, T* dh) {
-    const int64_t rows = batch * seq, dm = config_.d_model;
+    const DLDataType dt = dtype_of(precision_v<T>);
+    const int64_t block = batch * seq, dm = config_.d_model;
+    const int64_t seq_chunks = seq * (sp_ ? tp_.size() : 1);
+    const int64_t rows = batch * seq_chunks;
     const int32_t n = cp_.size();
     const auto all = static_cast<std::size_t>(rows * n * dm);
     std::vector<plexus::kernels::Buffer> slices(cp_params_.specs.size()), grad_slices(slices.size());
     const std::vector<DLTensor> views = cp_slices<T>(args.params, slices, false);
     const std::vector<DLTensor> grads = cp_slices<T>(args.params, grad_slices, true);
-    plexus::kernels::Buffer gathered, dy_buf, dx_buf;
+    plexus::kernels::Buffer chunks_buf, gathered, dy_buf, dx_buf;
+    const T* dy_chunks = data<T>(args.grad_outputs[0]);
+    if (sp_) {
+      T* whole_chunks = chunks_buf.get<T>(static_cast<std::size_t>(rows * dm));
+      tp_.gather_rows(dy_chunks, whole_chunks, block, dm, dt, device_);
+      dy_chunks = whole_chunks;
+    }
     T* by_rank = gathered.get<T>(all);
-    cp_.gather_rows(data<T>(args.grad_outputs[0]), by_rank, rows, dm, dtype_of(precision_v<T>), device_);
+    cp_.gather_rows(dy_chunks, by_rank, rows, dm, dt, device_);
     T* dy = dy_buf.get<T>(all);
-    cp_rows_to_sequence<T>(by_rank, dy, batch, seq, dm, n);
+    cp_rows_to_sequence<T>(by_rank, dy, batch, seq_chunks, dm, n);
     T* dx = dh != nullptr ? dx_buf.get<T>(all) : nullptr;
     mixer_backward<T>(cp_config_, weights<T>(views.data()), gradients<T>(grads.data()),
-                      static_cast<const MixerState&>(st), dy, dx, cp_);
+                      static_cast<const MixerState&>(st), dy, dx, heads_group_);
     if (dx != nullptr) {
-      cp_rows_to_rank_major<T>(dx, by_rank, batch, seq, dm, n);
-      std::copy_n(by_rank + cp_.rank() * rows * dm, rows * dm, dh);
+      // Whole on every rank: this cp rank's chunks, and of them this tp rank's block under SP.
+      cp_rows_to_rank_major<T>(dx, by_rank, batch, seq_chunks, dm, n);
+      const int64_t first = cp_.rank() * rows + (sp_ ? tp_.rank() * block : 0);
+      std::copy_n(by_rank + first * dm, block * dm, dh);
     }
     for (std::size_t i = 0; i < grads.size(); ++i) {
       if (args.param_grads[i].data == nullptr) continue;
@@ -441,6 +472,7 @@ class Mixer final : public plexus::sdk::Layer {
   plexus::sdk::Group cp_;
   MixerConfig cp_config_;
   ParamList cp_params_;
+  plexus::sdk::Group heads_group_;  // cp, or tp x cp beside tensor parallelism
   DLDevice device_;
   // Set when the layer was created on a CUDA device: it then computes every forward and backward
   // and owns the states; null on the CPU.

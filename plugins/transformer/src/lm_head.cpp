@@ -22,7 +22,9 @@ class HeadState : public plexus::sdk::LayerState {
   bool saved = false;
   Precision precision = Precision::f32;
   int64_t batch = 0, seq = 0;
-  int64_t count = 0;  // tokens whose target is not -1
+  // The tokens whose target is not -1 that the loss is a mean over: this rank's count, or under
+  // context parallelism the cp ranks' mean count (integral when they count alike).
+  double count = 0;
   k::Buffer h;        // the input hidden states [N, C]
   k::Buffer grad;     // softmax(logits) - onehot(target), zero rows for ignored targets, [N, V]
 };
@@ -151,9 +153,8 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
         tp_.size() == 1
             ? k::cross_entropy_forward<T>(n, rows_, logits, targets, grad, kIgnore)
             : vocab_parallel_cross_entropy<T>(tp_, n, rows_, first_row_, logits, targets, grad, kIgnore);
-    *data<T>(args.outputs[0]) =
-        ce.count > 0 ? static_cast<T>(ce.loss_sum / static_cast<double>(ce.count)) : T(0);
-    st.count = ce.count;
+    st.count = counted_share(ce.count);
+    *data<T>(args.outputs[0]) = st.count > 0 ? static_cast<T>(ce.loss_sum / st.count) : T(0);
     if (train) {
       T* saved_h = st.h.get<T>(static_cast<std::size_t>(n * hidden_));
       for (int64_t i = 0; i < n * hidden_; ++i) saved_h[i] = h[i];
@@ -183,7 +184,7 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
         for (int64_t i = 0; i < batch * local_seq * hidden_; ++i) dh[i] = T(0);
       return;
     }
-    const auto scale = static_cast<T>(s / static_cast<double>(st.count));
+    const auto scale = static_cast<T>(s / st.count);
     const T* g = st.grad.data<T>();
     // logits = h W^T, dL/dlogits = scale * g:  dh = scale g W,  dW += scale g^T h. Under tp, dh
     // is this rank's columns' part, summed over tp while dW is computed: all-reduced, or under
@@ -203,8 +204,23 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
     tp_.finish(dh_summed);
   }
 
+  // What this rank's loss sum is divided by. Under context parallelism the host averages the cp
+  // ranks' losses and gradients, so each divides by the ranks' mean count: their average is then
+  // the mean over the whole sequences' counted tokens (Megatron's per-token loss), also where the
+  // ranks count differently (a multi-token-prediction depth's ignored last targets all sit in
+  // the last chunk, on cp rank 0).
+  double counted_share(int64_t count) const {
+    if (cp_.size() <= 1) return static_cast<double>(count);
+    double total = static_cast<double>(count);
+    int64_t one = 1;
+    DLTensor view{&total, DLDevice{kDLCPU, 0}, 1, plx_dtype_f64(), &one, nullptr, 0};
+    cp_.all_reduce(view);
+    return total / static_cast<double>(cp_.size());
+  }
+
   int64_t vocab_ = 0, hidden_ = 0;    // vocab_size: the ids a target may be
   int64_t rows_ = 0, first_row_ = 0;  // this rank's rows of the padded vocabulary
+  plexus::sdk::Group cp_ = plexus::sdk::Group::find(plexus::sdk::Host::current(), "cp");
 };
 
 }  // namespace

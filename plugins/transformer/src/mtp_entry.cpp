@@ -30,7 +30,8 @@ class MtpEntry final : public LayerShell<MtpEntry, EntryState> {
   friend class LayerShell<MtpEntry, EntryState>;
 
  public:
-  explicit MtpEntry(const plx_layer_create_args& args) : LayerShell("transformer.mtp_entry", args, 2, 1) {
+  explicit MtpEntry(const plx_layer_create_args& args)
+      : LayerShell("transformer.mtp_entry", args, 2, 1, PLX_LAYER_CONTEXT_PARALLEL) {
     const auto host = plexus::sdk::Host::current();
     hidden_ = positive_int(host, args.model_config, "hidden_size");
     norm_ = NormSpec::read(host, args.model_config, hidden_);

@@ -77,6 +77,11 @@ struct ModelSettings {
 struct Batch {
   Tensor tokens;
   Tensor targets;
+  // Multi-token prediction depth d's tokens and targets (index d - 1), laid out as tokens: set by
+  // a caller that cuts sequences (context parallelism), who must roll them on the whole
+  // sequences first. Empty: the model rolls tokens and targets itself.
+  std::vector<Tensor> mtp_tokens = {};
+  std::vector<Tensor> mtp_targets = {};
 };
 
 // Thrown when a loss, an activation or a gradient is not finite; names the first unit.
