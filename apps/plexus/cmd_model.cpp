@@ -21,7 +21,7 @@ namespace plexus::cli {
 namespace {
 
 constexpr const char* kHelp =
-    R"(usage: plexus model show [--config FILE] [--set KEY=VALUE]... [--pp N] [--tp N] [--json]
+    R"(usage: plexus model show [--config FILE] [--set KEY=VALUE]... [--pp N] [--tp N] [--cp N] [--json]
 
 Builds the model of a run config (the embedded default when no --config) and prints its layers as
 the engine assembled them: for every unit (embedding, each decoder layer, final norm, head) the
@@ -33,10 +33,16 @@ a misfit is refused as plexus-train refuses it). With --tp N, also the parameter
 tensor-parallel ranks holds per unit (the layers' split parameters divided, the others whole, the
 vocabulary padded for N ranks) and, in the totals, a rank's bytes of float32 parameters,
 gradients and AdamW moments; the layers check their own divisibility (heads, query groups, MLP
-width) when a job starts. Nothing is trained and nothing is written.
+width) when a job starts. Every unit also shows the activations one training microbatch
+(train.micro_batch_size x model.seq_length) leaves on a rank for its backward, as its layer
+estimates them (with the connection's and the engine's tensors kept for the backward), and the
+totals their sum: with --cp N for a rank holding 1/N of each sequence under context
+parallelism (attention keeping one log-sum-exp per query row instead of the probabilities,
+Mamba-2 1/N of the heads over the whole sequence). Nothing is trained and nothing is written.
   plexus model show --set 'model.pattern=M*M-' --set model.num_layers=4
   plexus model show --pp 2 --set distributed.pipeline.virtual_stages=2
   plexus model show --tp 4 --set model.num_attention_heads=8
+  plexus model show --cp 4 --set model.seq_length=8192
 )";
 
 // A rank's elements of a unit at tp ranks.
@@ -54,6 +60,20 @@ std::string count_text(double value) {
     std::snprintf(buffer, sizeof buffer, "%.1fk", value / 1e3);
   else
     std::snprintf(buffer, sizeof buffer, "%.0f", value);
+  return buffer;
+}
+
+// Bytes in binary units: "512 B", "3.2 MiB", "1.50 GiB".
+std::string bytes_text(double value) {
+  char buffer[32];
+  if (value >= 1024.0 * 1024 * 1024)
+    std::snprintf(buffer, sizeof buffer, "%.2f GiB", value / (1024.0 * 1024 * 1024));
+  else if (value >= 1024.0 * 1024)
+    std::snprintf(buffer, sizeof buffer, "%.1f MiB", value / (1024.0 * 1024));
+  else if (value >= 1024.0)
+    std::snprintf(buffer, sizeof buffer, "%.1f KiB", value / 1024.0);
+  else
+    std::snprintf(buffer, sizeof buffer, "%.0f B", value);
   return buffer;
 }
 
@@ -77,6 +97,7 @@ int model_command(const std::vector<std::string>& args) {
     bool help = false;
     uint32_t pipeline_size = 1;
     int64_t tensor_size = 1;
+    uint32_t context_size = 1;
     po::options_description options("options");
     plugin_options.add_to(options);
     options.add_options()("config", po::value(&config_file),
@@ -85,6 +106,8 @@ int model_command(const std::vector<std::string>& args) {
         "pp", po::value(&pipeline_size),
         "show each unit's stage when the model is cut over N pipeline ranks")(
         "tp", po::value(&tensor_size), "show each tensor-parallel rank's parameters when split over N ranks")(
+        "cp", po::value(&context_size),
+        "estimate each rank's activations when the sequences are cut over N context-parallel ranks")(
         "json", po::bool_switch(&json), "print the rows and totals as JSON")("help,h", po::bool_switch(&help),
                                                                              "this help");
     po::options_description hidden;
@@ -112,10 +135,17 @@ int model_command(const std::vector<std::string>& args) {
     check_components(host, run_config);
     if (tensor_size < 1)
       throw std::invalid_argument("--tp must be at least 1, got " + std::to_string(tensor_size));
+    if (context_size < 1)
+      throw std::invalid_argument("--cp must be at least 1, got " + std::to_string(context_size));
     ModelOptions model_options;
     model_options.padding_tp = tensor_size;
     const Model model(host, run_config, model_options);
     const std::vector<Model::UnitSummary> rows = model.summary();
+    const int64_t micro_batch = run_config.at("train").at("micro_batch_size").to_number<int64_t>();
+    const Model::ActivationEstimate activations = model.activation_estimate(micro_batch, context_size);
+    const auto activation_text = [&](std::size_t unit) {
+      return activations.units[unit] ? bytes_text(*activations.units[unit]) : std::string("?");
+    };
     int64_t total_parameters = 0, rank_parameters = 0;
     for (std::size_t i = 0; i < model.parameters().size(); ++i) {
       const Parameter& p = model.parameters()[i];
@@ -137,7 +167,8 @@ int model_command(const std::vector<std::string>& args) {
 
     if (json) {
       boost::json::array units;
-      for (const auto& row : rows) {
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const Model::UnitSummary& row = rows[i];
         boost::json::object u{{"label", row.label},        {"kind", row.kind},
                               {"symbol", row.symbol},      {"component", row.component},
                               {"logical", row.logical},    {"physical", row.physical},
@@ -145,6 +176,8 @@ int model_command(const std::vector<std::string>& args) {
                               {"mtp_depth", row.mtp_depth}};
         if (tensor_size > 1) u["parameters_per_tp_rank"] = per_rank(row, tensor_size);
         u["flops_per_token"] = row.flops_per_token ? boost::json::value(*row.flops_per_token) : nullptr;
+        u["activation_bytes"] =
+            activations.units[i] ? boost::json::value(*activations.units[i]) : boost::json::value(nullptr);
         u["pipeline_stage"] = stage_of(row).rank;
         u["virtual_stage"] = stage_of(row).virtual_stage;
         units.push_back(std::move(u));
@@ -158,7 +191,12 @@ int model_command(const std::vector<std::string>& args) {
                               {"parameters_per_tp_rank", rank_parameters},
                               {"bytes_per_tp_rank", rank_bytes},
                               {"virtual_stages", layout.virtual_stages},
-                              {"flops_per_token", total_flops ? boost::json::value(*total_flops) : nullptr}};
+                              {"flops_per_token", total_flops ? boost::json::value(*total_flops) : nullptr},
+                              {"context_parallel_size", context_size},
+                              {"micro_batch_size", micro_batch},
+                              {"stream_activation_bytes", activations.streams},
+                              {"activation_bytes_per_microbatch",
+                               activations.total ? boost::json::value(*activations.total) : nullptr}};
       std::cout << json_text(out) << "\n";
       return 0;
     }
@@ -166,9 +204,10 @@ int model_command(const std::vector<std::string>& args) {
               << ", sequence " << model.settings().seq_length << "\n";
     std::cout << padded("logical", 9) << padded("physical", 10) << padded("symbol", 8) << padded("unit", 52)
               << padded("parameters", 12) << (tensor_size > 1 ? padded("per tp rank", 13) : "")
-              << padded("FLOPs/token", 13) << padded("segment", 9)
+              << padded("FLOPs/token", 13) << padded("activations", 13) << padded("segment", 9)
               << (pipeline_size > 1 ? "stage  vstage" : "") << "\n";
-    for (const auto& row : rows) {
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const Model::UnitSummary& row = rows[i];
       // An MTP depth's layers are numbered within it: "mtp 1" says whose they are.
       const std::string logical =
           row.mtp_depth > 0 ? "mtp " + std::to_string(row.mtp_depth) : number_or_dash(row.logical);
@@ -178,6 +217,7 @@ int model_command(const std::vector<std::string>& args) {
                 << (tensor_size > 1 ? padded(count_text(static_cast<double>(per_rank(row, tensor_size))), 13)
                                     : "")
                 << padded(row.flops_per_token ? count_text(*row.flops_per_token) : "?", 13)
+                << padded(activation_text(i), 13)
                 << padded(row.mtp_depth > 0 ? "-" : number_or_dash(row.segment), 9);
       if (pipeline_size > 1)
         std::cout << padded(std::to_string(stage_of(row).rank), 7) << stage_of(row).virtual_stage;
@@ -194,6 +234,14 @@ int model_command(const std::vector<std::string>& args) {
                 << "), " << count_text(static_cast<double>(rank_bytes))
                 << "B of float32 parameters, gradients and AdamW moments; vocabulary padded to "
                 << model.settings().padded_vocab_size << "\n";
+    const int64_t seq = model.settings().seq_length;
+    std::cout << "activations of one training microbatch on a rank (" << micro_batch << " x " << seq
+              << " tokens";
+    if (context_size > 1)
+      std::cout << ", cp " << context_size << ": " << micro_batch << " x " << seq / context_size << " a rank";
+    std::cout << "): " << (activations.total ? bytes_text(*activations.total) : std::string("unknown"))
+              << ", the streams' " << bytes_text(activations.streams)
+              << " included; held from its forward to its backward (the schedule decides how many at once)\n";
     return 0;
   });
 }

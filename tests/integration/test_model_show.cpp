@@ -119,3 +119,55 @@ BOOST_AUTO_TEST_CASE(tp_shows_what_each_rank_holds) {
   BOOST_TEST(padded4.at("parameters").to_number<int64_t>() ==
              show(padded).at("parameters").to_number<int64_t>() + 256 * 32);
 }
+
+// The activations a training microbatch keeps: the units' estimates and the streams add up to the
+// total; at cp 4 a rank's attention keeps no S x S probabilities, so it holds less than a quarter
+// of one rank's whole-sequence activations; a sequence that does not cut into 2 cp chunks, and a
+// cp the Mamba-2 heads do not divide over, are refused naming the key.
+BOOST_AUTO_TEST_CASE(activations_per_rank_at_a_cp_size) {
+  const std::string long_sequence = " --set model.seq_length=256";
+  const auto one = show(long_sequence);
+  const auto four = show(long_sequence + " --cp 4");
+  for (const auto* shown : {&one, &four}) {
+    double units = 0;
+    for (const auto& unit : shown->at("units").as_array())
+      units += unit.as_object().at("activation_bytes").to_number<double>();
+    BOOST_TEST(units + shown->at("stream_activation_bytes").to_number<double>() ==
+                   shown->at("activation_bytes_per_microbatch").to_number<double>(),
+               boost::test_tools::tolerance(1e-12));
+  }
+  const double whole = one.at("activation_bytes_per_microbatch").to_number<double>();
+  const double quarter = four.at("activation_bytes_per_microbatch").to_number<double>();
+  BOOST_TEST(four.at("context_parallel_size").to_number<int64_t>() == 4);
+  BOOST_TEST(quarter < whole / 4, quarter << " against " << whole);
+  // Attention's probabilities: 2 layers x 4 heads x 256 x 256 float32 at cp 1, 8 KiB of
+  // log-sum-exps per layer at cp 4 (what else a layer keeps is per token).
+  const auto attention = [](const boost::json::object& shown) {
+    for (const auto& unit : shown.at("units").as_array())
+      if (unit.as_object().at("component").as_string() == "transformer.attention")
+        return unit.as_object().at("activation_bytes").to_number<double>();
+    return 0.0;
+  };
+  BOOST_TEST(attention(one) - 4 * attention(four) == 4.0 * 4 * 256 * 256 - 4 * 8.0 * 4 * 64,
+             boost::test_tools::tolerance(1e-12));
+  const auto text = run_process(kBin + "plexus model show" + kModel + long_sequence + " --cp 4 2>&1");
+  BOOST_TEST(text.status == 0, text.output);
+  BOOST_TEST(text.output.find(
+                 "activations of one training microbatch on a rank (1 x 256 tokens, cp 4: 1 x 64 a rank)") !=
+                 std::string::npos,
+             text.output);
+  const auto odd =
+      run_process(kBin + "plexus model show" + kModel + " --set model.seq_length=20 --cp 4 2>&1");
+  BOOST_TEST(odd.status != 0);
+  BOOST_TEST(odd.output.find("model.seq_length (20)") != std::string::npos, odd.output);
+  BOOST_TEST(odd.output.find("multiple of 8") != std::string::npos, odd.output);
+  const auto mamba = run_process(
+      kBin + "plexus model show" + kModel +
+      " --set 'plugins.load=[\"sequential_scheduler\",\"transformer\",\"hybrid_stack\",\"mamba\"]'"
+      " --set model.pattern=M- --set 'model.mamba.options={\"mamba_head_dim\": 8, \"mamba_num_groups\": 2}' "
+      "--cp 4 2>&1");
+  BOOST_TEST(mamba.status != 0);
+  BOOST_TEST(mamba.output.find("mamba_num_groups (2) is not divisible by the 4 ranks of the cp group") !=
+                 std::string::npos,
+             mamba.output);
+}

@@ -50,11 +50,16 @@ struct TrainCorpus {
                                       " --output-prefix " + quote(prefix));
     BOOST_TEST_REQUIRE(prepared.status == 0, prepared.output);
   }
+  // The model and micro-batch train() sets: what `plexus model show` needs to describe its runs.
+  static std::string model_flags() {
+    return " --set model.num_layers=2 --set model.hidden_size=32 --set model.seq_length=32"
+           " --set train.micro_batch_size=4";
+  }
   // plexus-train of a 2-layer, C=32 model for 20 steps, writing into `out`, then `extra`.
   std::string train(const std::string& out, const std::string& extra) const {
     return kBin + "plexus-train --set data.path=" + quote(prefix) + " --set run.output_dir=" + quote(out) +
-           " --set model.num_layers=2 --set model.hidden_size=32 --set model.seq_length=32"
-           " --set train.micro_batch_size=4 --set train.microbatches=2 --set train.steps=20"
+           model_flags() +
+           " --set train.microbatches=2 --set train.steps=20"
            " --set train.eval_interval=0 --set sample.tokens=8 " +
            extra;
   }

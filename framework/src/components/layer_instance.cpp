@@ -60,6 +60,23 @@ std::optional<LayerInstance::Flops> LayerInstance::estimate_flops(const std::vec
   return flops;
 }
 
+std::optional<double> LayerInstance::estimate_activation_bytes(const std::vector<plx_tensor_desc>& inputs,
+                                                               uint32_t cp_size) const {
+  if (table_->estimate_activation_bytes == nullptr) return std::nullopt;  // a plugin before 1.10
+  plx_activation_query query{};
+  query.struct_size = sizeof(query);
+  query.cp_size = cp_size;
+  double bytes = 0;
+  const plx_status status = table_->estimate_activation_bytes(layer_, static_cast<uint32_t>(inputs.size()),
+                                                              inputs.data(), &query, &bytes);
+  if (status == PLX_ERR_UNSUPPORTED) {
+    HostServices::clear_last_error();
+    return std::nullopt;
+  }
+  check_call(*component_, "estimate_activation_bytes", status);
+  return bytes;
+}
+
 void LayerInstance::init_param(uint32_t index, DLTensor& value, uint64_t seed) const {
   if (table_->init_param == nullptr)
     throw ComponentCallError(PLX_ERR_UNSUPPORTED, component_->name + ": parameter " + std::to_string(index) +

@@ -79,6 +79,12 @@ class Connection {
 
   // The matrix-product FLOPs (forward + backward) it adds around one decoder unit, per token.
   virtual double flops_per_token() const = 0;
+
+  // The bytes a training forward of `tokens` tokens (this rank's, as the stream holds them), in
+  // activations of `element` bytes, keeps for the backward: around one decoder unit, and in the
+  // stream state itself (the stream, and what the final norm reads).
+  virtual double kept_bytes_per_unit(int64_t tokens, double element) const = 0;
+  virtual double stream_bytes(int64_t tokens, double element) const = 0;
 };
 
 // The plain residual: stream += F(stream); its gradient passes F by the identity and adds F's.

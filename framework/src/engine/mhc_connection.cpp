@@ -202,6 +202,20 @@ class MhcConnection final : public Connection {
     return 3 * forward;
   }
 
+  // Around a unit (Saved): its input streams x [T, n, C] and F's output f [T, C] in the
+  // activations' dtype; proj_rms's p [T, n^2 + 2n] and r [T] and the mappings h_pre, h_post [T, n]
+  // and h_res [T, n, n] in float32. The stream [T, n, C] and its contraction [T, C] at the end.
+  double kept_bytes_per_unit(int64_t tokens, double element) const override {
+    const auto n = static_cast<double>(settings_.mhc.streams);
+    const auto c = static_cast<double>(settings_.hidden_size);
+    const auto t = static_cast<double>(tokens);
+    return element * t * (n * c + c) + 4.0 * t * (2 * n * n + 4 * n + 1);
+  }
+  double stream_bytes(int64_t tokens, double element) const override {
+    const auto n = static_cast<double>(settings_.mhc.streams);
+    return element * static_cast<double>(tokens) * static_cast<double>(settings_.hidden_size) * (n + 1);
+  }
+
  private:
   // The connection's parameters around one decoder unit (indices into the store) and the three
   // gates packed as the [3] tensor the family takes.

@@ -1,6 +1,8 @@
 // What `plexus model show` and the trainer's FLOP rate read: per unit its numbers, parameters and
 // FLOPs per token.
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "engine/model_internal.hpp"
 
@@ -12,12 +14,16 @@ const char* role_word(UnitRole role) {
   return role == UnitRole::decoder ? "decoder" : role_name(role);
 }
 
-plx_tensor_desc desc_of(const Tensor& t) {
+plx_tensor_desc desc_of(const std::vector<int64_t>& shape, DLDataType dtype) {
   plx_tensor_desc d{};
-  d.ndim = static_cast<uint32_t>(t.shape().size());
-  d.dtype = t.dtype();
-  for (uint32_t i = 0; i < d.ndim; ++i) d.dims[i] = t.shape()[i];
+  d.ndim = static_cast<uint32_t>(shape.size());
+  d.dtype = dtype;
+  for (uint32_t i = 0; i < d.ndim; ++i) d.dims[i] = shape[i];
   return d;
+}
+
+plx_tensor_desc desc_of(const Tensor& t) {
+  return desc_of(t.shape(), t.dtype());
 }
 
 }  // namespace
@@ -75,6 +81,67 @@ std::vector<Model::UnitSummary> Model::summary() const {
     rows.push_back(std::move(row));
   }
   return rows;
+}
+
+Model::ActivationEstimate Model::activation_estimate(int64_t micro_batch, uint32_t cp) const {
+  const int64_t whole = settings_.seq_length;
+  if (micro_batch < 1)
+    throw std::invalid_argument("the micro-batch size must be at least 1, got " +
+                                std::to_string(micro_batch));
+  if (cp < 1 || whole % (2 * static_cast<int64_t>(cp)) != 0)
+    throw std::invalid_argument("model.seq_length (" + std::to_string(whole) + ") cannot be cut into 2 x " +
+                                std::to_string(cp) + " context-parallel chunks: it must be a multiple of " +
+                                std::to_string(2 * static_cast<int64_t>(cp)));
+  const int64_t seq = cp > 1 ? whole / cp : whole;
+  const DLDataType dtype = settings_.activation_dtype;
+  const double element = static_cast<double>(dtype.bits) / 8.0;
+  const plx_tensor_desc tokens = desc_of({micro_batch, seq}, plx_dtype_i32());
+  const plx_tensor_desc hidden = desc_of({micro_batch, stream_seq(seq), settings_.hidden_size}, dtype);
+  const int64_t stream_tokens = micro_batch * stream_seq(seq);
+  const auto bytes_of = [](const std::vector<plx_tensor_desc>& descs) {
+    double total = 0;
+    for (const plx_tensor_desc& d : descs) {
+      double count = static_cast<double>(d.dtype.bits) / 8.0;
+      for (uint32_t i = 0; i < d.ndim; ++i) count *= static_cast<double>(d.dims[i]);
+      total += count;
+    }
+    return total;
+  };
+  ActivationEstimate out;
+  out.streams = connection_->stream_bytes(stream_tokens, element) * static_cast<double>(1 + plan_.mtp_depths);
+  out.total = out.streams;
+  for (const auto& unit : units_) {
+    std::vector<plx_tensor_desc> inputs;
+    double engine = 0;  // what the engine and the connection keep of the unit
+    switch (unit->role) {
+      case UnitRole::embedding:
+      case UnitRole::mtp_embedding:
+        inputs = {tokens};
+        break;
+      case UnitRole::head:
+      case UnitRole::mtp_head:
+        inputs = {hidden, tokens};
+        engine = bytes_of(unit->layer->output_desc(inputs));  // the loss and the logits
+        break;
+      case UnitRole::mtp_entry:
+        inputs = {hidden, hidden};
+        break;
+      case UnitRole::final_norm:
+      case UnitRole::mtp_norm:
+        inputs = {hidden};
+        engine = bytes_of(unit->layer->output_desc(inputs));  // read by the head and the next depth
+        break;
+      case UnitRole::decoder:
+        inputs = {hidden};
+        engine = connection_->kept_bytes_per_unit(stream_tokens, element);
+        break;
+    }
+    const std::optional<double> saved = unit->layer->estimate_activation_bytes(inputs, cp);
+    out.units.push_back(saved ? std::optional<double>(*saved + engine) : std::nullopt);
+    if (!saved) out.total.reset();
+    if (out.total) *out.total += *out.units.back();
+  }
+  return out;
 }
 
 std::vector<uint32_t> Model::parameter_chunks() const {

@@ -62,6 +62,11 @@ class ResidualConnection final : public Connection {
     return {batch, seq, hidden_};
   }
   double flops_per_token() const override { return 0; }
+  // Nothing around a unit (F keeps its own input's norm); one stream, added into in place.
+  double kept_bytes_per_unit(int64_t, double) const override { return 0; }
+  double stream_bytes(int64_t tokens, double element) const override {
+    return element * static_cast<double>(tokens * hidden_);
+  }
 
  private:
   int64_t hidden_;

@@ -80,4 +80,7 @@ struct MixerFlops {
 };
 MixerFlops mixer_flops(const MixerConfig& config, int64_t batch, int64_t seq);
 
+// The elements a training forward of [batch, seq] keeps in a MixerState (the list above).
+int64_t mixer_saved_elements(const MixerConfig& config, int64_t batch, int64_t seq);
+
 }  // namespace plexus::mamba

@@ -68,6 +68,12 @@ template void mixer_forward<float>(const MixerConfig&, const MixerWeights<float>
 template void mixer_forward<double>(const MixerConfig&, const MixerWeights<double>&, int64_t, int64_t,
                                     const double*, double*, MixerState*);
 
+int64_t mixer_saved_elements(const MixerConfig& c, int64_t batch, int64_t seq) {
+  const int64_t rows = batch * seq;
+  return rows * (c.d_model + 1 + c.in_proj_rows() + c.d_inner + c.groups) +
+         ssd_shape(c, batch, seq).states_size();
+}
+
 MixerFlops mixer_flops(const MixerConfig& c, int64_t batch, int64_t seq) {
   const double rows = static_cast<double>(batch) * static_cast<double>(seq);
   const double dm = static_cast<double>(c.d_model), di = static_cast<double>(c.d_inner);

@@ -183,6 +183,22 @@ class Mixer final : public plexus::sdk::Layer {
       run_backward<double>(st, args);
   }
 
+  // ABI 1.10: what a training forward keeps (mixer_saved_elements) for the tokens it runs on:
+  // under sequence parallelism every tp rank's block, under context parallelism the whole
+  // sequence with this rank's 1/cp of the heads.
+  double estimate_activation_bytes(uint32_t num_inputs, const plx_tensor_desc* inputs,
+                                   const plx_activation_query& query) const override {
+    expect_counts("estimate_activation_bytes", num_inputs, 1);
+    expect_hidden_desc(inputs[0], device_, config_.d_model, "input 0 (hidden states)");
+    if (device_impl_)
+      throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) + ": no activation estimate on CUDA");
+    const int64_t cp = query.cp_size;
+    const MixerConfig heads = cp > 1 ? config_.split_over_cp(cp) : config_;
+    const int64_t seq = inputs[0].dims[1] * (sp_ ? tp_.size() : 1) * cp;
+    const double element = static_cast<double>(inputs[0].dtype.bits) / 8.0;
+    return element * static_cast<double>(mixer_saved_elements(heads, inputs[0].dims[0], seq));
+  }
+
   // The matrix products as run, 2 FLOPs per multiply-add (mixer_flops).
   void estimate_flops(uint32_t num_inputs, const plx_tensor_desc* inputs, double& forward,
                       double& backward) const override {

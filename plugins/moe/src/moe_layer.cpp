@@ -380,6 +380,33 @@ class MoeLayer final : public plexus::sdk::Layer {
     backward = 2 * forward;
   }
 
+  // ABI 1.10: what a training forward keeps, for n tokens routed to k experts each, as n k rows
+  // (an upper bound under a capacity, which drops some) spread evenly over the ep ranks: the
+  // pre-norm's output, normalized rows and 1/std; the router's logits, scores, probabilities,
+  // log-sum-exp and choices; the permutation; the routed rows in and out and the experts' fc1
+  // output and activation (under ep the rows received, regrouped and sent back too); the shared
+  // experts' activations and output.
+  double estimate_activation_bytes(uint32_t num_inputs, const plx_tensor_desc* inputs,
+                                   const plx_activation_query& /*query*/) const override {
+    expect_counts("estimate_activation_bytes", num_inputs, 1);
+    expect_hidden_desc(inputs[0], config_.hidden, "input 0 (hidden states)");
+    if (device_impl_) throw Error(PLX_ERR_UNSUPPORTED, "moe.layer: no activation estimate on CUDA");
+    const MoeConfig& c = config_;
+    const double n = static_cast<double>(inputs[0].dims[0]) * static_cast<double>(inputs[0].dims[1]);
+    const double h = static_cast<double>(c.hidden), e = static_cast<double>(c.experts),
+                 k = static_cast<double>(c.topk), rows = n * k;
+    double values = n * (2 * h + 1) + n * (2 * e + k + 1) + rows * 2 * h +
+                    rows * static_cast<double>(c.fc1_rows() + c.ffn);
+    if (ep_.parallel()) values += rows * 4 * h;
+    if (c.shared_ffn > 0)
+      values += n * static_cast<double>(shared_shape().fc1_rows() + c.shared_ffn) + n * h +
+                (c.shared_expert_gate ? n : 0);
+    const double element = static_cast<double>(inputs[0].dtype.bits) / 8.0;
+    const double indices =
+        4 * n * k + 8 * (e + 1 + rows + n * k) + 16 * e + (c.capacity_factor > 0 ? n * k : 0);
+    return element * values + indices;
+  }
+
  private:
   // Under sequence parallelism every trained parameter sees this rank's tokens only: its gradient
   // is a part the host sums over tp (PLX_PARAM_SEQUENCE_PARALLEL); a buffer has none.

@@ -215,6 +215,14 @@ class Attention final : public PreNormLayer<Attention, AttentionState> {
                       std::to_string(seq) + " tokens are odd");
   }
 
+  // What the core keeps for the backward: the softmax probabilities [B, heads, S, S], or under
+  // context parallelism one log-sum-exp per query row (in double) from which they are rebuilt.
+  double core_saved_bytes(const Tokens& t, uint32_t cp, double element) const {
+    const double rows =
+        static_cast<double>(t.batch) * static_cast<double>(heads_) * static_cast<double>(t.seq);
+    return cp > 1 ? 8.0 * rows : element * rows * static_cast<double>(t.seq);
+  }
+
   ContextParallelLayout cp_layout(const Tokens& t) const {
     return {t.batch, t.seq, heads_, groups_, head_dim_, cp_.rank(), cp_.size()};
   }

@@ -240,6 +240,11 @@ void TransformerLayer::refuse_split_on_device() const {
                                          "(set distributed.topology.options.tp to 1)");
 }
 
+void TransformerLayer::refuse_estimate_on_device() const {
+  if (on_cuda())
+    throw Error(PLX_ERR_UNSUPPORTED, std::string(component_) + ": no activation estimate for the CUDA path");
+}
+
 int64_t padded_vocab_size(const plexus::sdk::Host& host, plx_config model) {
   const int64_t vocab = positive_int(host, model, "vocab_size");
   const int64_t padded = host.config_int_if(model, "padded_vocab_size").value_or(vocab);

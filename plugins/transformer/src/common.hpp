@@ -123,6 +123,13 @@ class TransformerLayer : public plexus::sdk::Layer {
   bool on_cuda() const { return device_.device_type == kDLCUDA; }
   // A layer that splits its parameters over tp refuses to on CUDA, whose kernels are whole-layer.
   void refuse_split_on_device() const;
+  // The activation estimates (ABI 1.10) count the CPU path's saved buffers; the CUDA path's
+  // states keep others, so a layer on a GPU answers "unknown".
+  void refuse_estimate_on_device() const;
+  // Bytes per element of a tensor description's dtype.
+  static double element_bytes(const plx_tensor_desc& d) {
+    return static_cast<double>(d.dtype.bits) / 8.0 * static_cast<double>(d.dtype.lanes);
+  }
   // The parts of every device implementation's spec this base knows.
   void fill_spec(LayerSpec& spec) const;
 

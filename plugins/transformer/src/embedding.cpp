@@ -95,6 +95,15 @@ class Embedding final : public LayerShell<Embedding, EmbeddingState> {
     backward = 0;
   }
 
+  // ABI 1.10: the token ids, for the table's gradient.
+  double estimate_activation_bytes(uint32_t num_inputs, const plx_tensor_desc* inputs,
+                                   const plx_activation_query& /*query*/) const override {
+    expect_descs("estimate_activation_bytes", num_inputs, 1);
+    expect_tokens_desc(inputs[0]);
+    refuse_estimate_on_device();
+    return 4.0 * static_cast<double>(inputs[0].dims[0]) * static_cast<double>(inputs[0].dims[1]);
+  }
+
  private:
   static void expect_tokens_desc(const plx_tensor_desc& d) {
     if (!plx_dtype_equal(d.dtype, plx_dtype_i32()))

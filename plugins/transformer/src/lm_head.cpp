@@ -83,6 +83,17 @@ class LmHead final : public LayerShell<LmHead, HeadState> {
     outputs[1] = logits;
   }
 
+  // ABI 1.10: the hidden states (every token's, gathered under sequence parallelism) and the
+  // logits' gradient softmax - onehot [N, this rank's vocabulary rows].
+  double estimate_activation_bytes(uint32_t num_inputs, const plx_tensor_desc* inputs,
+                                   const plx_activation_query& /*query*/) const override {
+    expect_descs("estimate_activation_bytes", num_inputs, 2);
+    expect_input_descs(inputs);
+    refuse_estimate_on_device();
+    const double n = static_cast<double>(inputs[1].dims[0]) * static_cast<double>(inputs[1].dims[1]);
+    return element_bytes(inputs[0]) * n * static_cast<double>(hidden_ + rows_);
+  }
+
   // Backward is seeded by the loss alone (a scalar): the precision is the one forward saved.
   Precision backward_precision(const HeadState& st, const plx_backward_args&) const {
     if (!st.saved) expect_saved(false, st.precision, st.precision, 0, 0, 0, 0);

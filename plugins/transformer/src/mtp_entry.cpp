@@ -64,6 +64,16 @@ class MtpEntry final : public LayerShell<MtpEntry, EntryState> {
     outputs[0] = inputs[1];
   }
 
+  // ABI 1.10: both norms' normalized inputs and 1/rms, and eh_proj's input [N, 2C].
+  double estimate_activation_bytes(uint32_t num_inputs, const plx_tensor_desc* inputs,
+                                   const plx_activation_query& /*query*/) const override {
+    expect_descs("estimate_activation_bytes", num_inputs, 1);
+    expect_hidden_desc(inputs[0], hidden_, "input 0 (embedding of the rolled tokens)");
+    refuse_estimate_on_device();
+    const double rows = static_cast<double>(inputs[0].dims[0]) * static_cast<double>(inputs[0].dims[1]);
+    return element_bytes(inputs[0]) * rows * static_cast<double>(4 * hidden_ + 2);
+  }
+
   // eh_proj: 2 FLOPs per multiply-add of [N, 2C] x [2C, C]; backward twice that. Norms: none.
   void estimate_flops(uint32_t num_inputs, const plx_tensor_desc* inputs, double& forward,
                       double& backward) const override {

@@ -20,6 +20,16 @@ class FinalNorm final : public HiddenLayer<FinalNorm, NormState> {
   friend class LayerShell<FinalNorm, NormState>;
 
  public:
+  // ABI 1.10: the normalized input and 1/std per token.
+  double estimate_activation_bytes(uint32_t num_inputs, const plx_tensor_desc* inputs,
+                                   const plx_activation_query& /*query*/) const override {
+    expect_descs("estimate_activation_bytes", num_inputs, 1);
+    expect_hidden_desc(inputs[0]);
+    refuse_estimate_on_device();
+    const double rows = static_cast<double>(inputs[0].dims[0]) * static_cast<double>(inputs[0].dims[1]);
+    return element_bytes(inputs[0]) * rows * static_cast<double>(hidden_ + 1);
+  }
+
   explicit FinalNorm(const plx_layer_create_args& args) : HiddenLayer("transformer.norm", args) {
     const auto host = plexus::sdk::Host::current();
     norm_ = NormSpec::read(host, args.model_config, hidden_);

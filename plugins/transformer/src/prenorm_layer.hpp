@@ -104,6 +104,29 @@ class PreNormLayer : public SplitHiddenLayer<Derived, State> {
     spec.projections = projections_;
   }
 
+  // The bytes of what a training forward keeps beyond the pre-norm and the two projections'
+  // buffers, for the call's tokens `t` on a rank of a cp group of `cp` ranks; none unless the
+  // layer hides this.
+  double core_saved_bytes(const Tokens& /*t*/, uint32_t /*cp*/, double /*element*/) const { return 0; }
+
+ public:
+  // ABI 1.10: the pre-norm's normalized input and 1/std (this rank's tokens), the input
+  // projection's output and the core's output (the call's tokens: all tp ranks' blocks under
+  // sequence parallelism), and the core's own.
+  double estimate_activation_bytes(uint32_t num_inputs, const plx_tensor_desc* inputs,
+                                   const plx_activation_query& query) const override {
+    this->expect_descs("estimate_activation_bytes", num_inputs, 1);
+    this->expect_hidden_desc(inputs[0]);
+    this->refuse_estimate_on_device();
+    const CallTokens tokens = call_tokens(inputs[0].dims[0], inputs[0].dims[1]);
+    const double element = this->element_bytes(inputs[0]);
+    const auto local = static_cast<double>(tokens.local.n), full = static_cast<double>(tokens.full.n);
+    const double kept = local * static_cast<double>(this->hidden_ + 1) +
+                        full * static_cast<double>(projections_.in_rows + projections_.mid_cols);
+    return element * kept + self().core_saved_bytes(tokens.full, query.cp_size, element);
+  }
+
+ protected:
   // Every sequence length is taken unless the layer hides this.
   void expect_sequence(int64_t) const {}
   // Where a backward writes d_mid, unless the layer hides this: the call's buffer.

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define PLX_ABI_MAJOR 1
-#define PLX_ABI_MINOR 9
+#define PLX_ABI_MINOR 10
 #define PLX_MAKE_VERSION(major, minor) ((((uint32_t)(major)) << 16) | ((uint32_t)(minor)&0xFFFFu))
 #define PLX_VERSION_MAJOR(version) ((uint32_t)(version) >> 16)
 #define PLX_VERSION_MINOR(version) ((uint32_t)(version)&0xFFFFu)

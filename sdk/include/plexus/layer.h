@@ -213,6 +213,15 @@ typedef struct plx_step_args {
   DLTensor* params;
 } plx_step_args;
 
+/* ABI 1.10: what estimate_activation_bytes is asked beside the inputs. */
+typedef struct plx_activation_query {
+  uint32_t struct_size;
+  /* The ranks of the context-parallel group the sequences are cut over (1: none; 0 reads as 1).
+   * The inputs are one rank's share, and a layer answers for how it would run on that rank,
+   * whatever cp group it was created with (a planning tool asks for any size). */
+  uint32_t cp_size;
+} plx_activation_query;
+
 /* The function table. `layer` and `state` are the plugin's own objects. Out structs are sized by
  * the caller (struct_size set before the call). Functions marked optional may be NULL. */
 typedef struct plx_layer_v1 {
@@ -255,6 +264,14 @@ typedef struct plx_layer_v1 {
    * recorded in the layer object (e.g. an MoE router's tokens per expert); any collective it
    * runs must be run by every rank of the group. */
   plx_status (*after_step)(void* layer, const plx_step_args* args);
+
+  /* ---- ABI 1.10 ---- */
+  /* Optional: the bytes a training forward of these inputs leaves in its state for the backward
+   * (the activations it saves), so that a planning tool can tell a rank's activation memory
+   * before a job runs. Temporaries freed within a call are not counted, nor the outputs (the host
+   * holds those). PLX_ERR_UNSUPPORTED when unknown. */
+  plx_status (*estimate_activation_bytes)(void* layer, uint32_t num_inputs, const plx_tensor_desc* inputs,
+                                          const plx_activation_query* query, double* out_bytes);
 } plx_layer_v1;
 
 PLX_PIN_SIZE(plx_stage_info, 16);
@@ -282,7 +299,10 @@ PLX_PIN_OFFSET(plx_layer_v1, estimate_flops, 104);
 PLX_PIN_OFFSET(plx_step_args, params, 16);
 PLX_PIN_SIZE(plx_step_args, 24);
 PLX_PIN_OFFSET(plx_layer_v1, after_step, 112);
-PLX_PIN_SIZE(plx_layer_v1, 120);
+/* ABI 1.10 */
+PLX_PIN_SIZE(plx_activation_query, 8);
+PLX_PIN_OFFSET(plx_layer_v1, estimate_activation_bytes, 120);
+PLX_PIN_SIZE(plx_layer_v1, 128);
 
 #ifdef __cplusplus
 }

@@ -41,6 +41,11 @@ class LayerInstance {
   };
   // Empty when the layer cannot tell (its plugin predates ABI 1.1, or it says unsupported).
   std::optional<Flops> estimate_flops(const std::vector<plx_tensor_desc>& inputs) const;
+  // ABI 1.10: the bytes a training forward of these inputs keeps for the backward, on a rank of
+  // a context-parallel group of cp_size ranks. Empty when the layer cannot tell (its plugin
+  // predates 1.10, or it says unsupported).
+  std::optional<double> estimate_activation_bytes(const std::vector<plx_tensor_desc>& inputs,
+                                                  uint32_t cp_size) const;
   // ABI 1.5: after an optimizer step, with the layer's parameter views (nothing when the layer
   // has no after_step).
   void after_step(int64_t step, std::vector<DLTensor>& params) const;

@@ -60,6 +60,13 @@ class Layer {
                               double& /*forward*/, double& /*backward*/) const {
     throw Error(PLX_ERR_UNSUPPORTED, "no FLOP estimate");
   }
+  // ABI 1.10: the bytes a training forward of these inputs keeps in its state for the backward,
+  // on a rank of a context-parallel group of query.cp_size ranks (plx_activation_query). Layers
+  // that do not override it report "unknown".
+  virtual double estimate_activation_bytes(uint32_t /*num_inputs*/, const plx_tensor_desc* /*inputs*/,
+                                           const plx_activation_query& /*query*/) const {
+    throw Error(PLX_ERR_UNSUPPORTED, "no activation estimate");
+  }
   // ABI 1.5: after each optimizer step, with the parameters (writable: a layer updates its
   // PLX_PARAM_BUFFER parameters here). A layer that does not override it has no after_step in
   // its table, and the host makes no call.
@@ -124,6 +131,23 @@ struct LayerTrampolines {
       return guard("estimate_flops", [&] { throw; });
     }
   }
+  static plx_status estimate_activation_bytes(void* layer, uint32_t ni, const plx_tensor_desc* in,
+                                              const plx_activation_query* query, double* bytes) noexcept {
+    try {
+      if (query == nullptr || bytes == nullptr) throw Error(PLX_ERR_INVALID_ARGUMENT, "null argument");
+      plx_activation_query q{};  // the fields the caller's struct predates read as zero
+      q.struct_size = sizeof(q);
+      q.cp_size =
+          PLX_HAS_FIELD(query, plx_activation_query, cp_size) && query->cp_size > 0 ? query->cp_size : 1;
+      *bytes = self(layer).estimate_activation_bytes(ni, in, q);
+      return PLX_OK;
+    } catch (const Error& e) {
+      if (e.status() == PLX_ERR_UNSUPPORTED) return PLX_ERR_UNSUPPORTED;  // "unknown", no message
+      return guard("estimate_activation_bytes", [&] { throw; });
+    } catch (...) {
+      return guard("estimate_activation_bytes", [&] { throw; });
+    }
+  }
   static plx_status after_step(void* layer, const plx_step_args* args) noexcept {
     return guard("after_step", [&] {
       if (args == nullptr) throw Error(PLX_ERR_INVALID_ARGUMENT, "null argument");
@@ -137,11 +161,23 @@ struct LayerTrampolines {
   // Likewise backward_weights: the host splits weight gradients only for a layer that has it.
   static constexpr bool kHasBackwardWeights =
       !std::is_same_v<decltype(&T::backward_weights), void (Layer::*)(LayerState&, const plx_backward_args&)>;
-  static inline const plx_layer_v1 table = {
-      sizeof(plx_layer_v1), 0,         &create,       &destroy,  &get_info, &get_param, &get_stage,
-      &output_desc,         &init_param, &state_create, &state_destroy, &forward,  &backward,
-      kHasBackwardWeights ? &backward_weights : nullptr,
-      &estimate_flops,      kHasAfterStep ? &after_step : nullptr};
+  static inline const plx_layer_v1 table = {sizeof(plx_layer_v1),
+                                            0,
+                                            &create,
+                                            &destroy,
+                                            &get_info,
+                                            &get_param,
+                                            &get_stage,
+                                            &output_desc,
+                                            &init_param,
+                                            &state_create,
+                                            &state_destroy,
+                                            &forward,
+                                            &backward,
+                                            kHasBackwardWeights ? &backward_weights : nullptr,
+                                            &estimate_flops,
+                                            kHasAfterStep ? &after_step : nullptr,
+                                            &estimate_activation_bytes};
 };
 }  // namespace detail
 

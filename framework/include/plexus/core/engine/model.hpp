@@ -287,6 +287,21 @@ class Model {
     std::optional<double> flops_per_token;
   };
   std::vector<UnitSummary> summary() const;
+
+  // The activation memory one training microbatch of [micro_batch, seq_length] leaves on a rank
+  // for its backward, at its peak (every forward done, no backward begun), the sequences cut over
+  // `cp` context-parallel ranks; the layers' own answers (ABI 1.10) for the layout asked, not the
+  // one they were built with. Per unit in summary()'s order: its layer's saved bytes, what the
+  // connection keeps around it, and the outputs the engine holds for the backward (a norm's output
+  // for the head, the head's logits); and the connection's streams (the main model's and one per
+  // MTP depth). Empty when a layer cannot tell. Temporaries of a call and the backward's
+  // gradients are not counted.
+  struct ActivationEstimate {
+    std::vector<std::optional<double>> units;
+    double streams = 0;
+    std::optional<double> total;
+  };
+  ActivationEstimate activation_estimate(int64_t micro_batch, uint32_t cp) const;
   // The matrix-product FLOPs (forward + backward) of the connection around one decoder layer, per
   // token (0 for the plain residual).
   double connection_flops_per_token() const;
