@@ -60,7 +60,10 @@ struct Case {
 // Every case at each tp: attention with grouped queries, the MLP with GeLU (LayerNorm: a partial
 // bias too) and SwiGLU (fc1's two parts), the vocabulary-parallel embedding and head, and the
 // Mamba-2 mixer (in_proj's five parts, the convolution's three; 4 heads in 4 groups); each with
-// and without sequence parallelism.
+// and without sequence parallelism. And the MoE layer under sequence parallelism (which it needs
+// at tp > 1), its experts split over expert_tp = tp (SwiGLU: fc1's two parts), each rank's routed
+// rows gathered over expert_tp and the partial outputs reduce-scattered back; 4 experts, top 2,
+// a shared expert.
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (const bool sp : {false, true}) {
@@ -77,6 +80,13 @@ std::vector<Case> cases() {
          sp,
          {{"mamba_state_dim", 4}, {"mamba_head_dim", 8}, {"mamba_num_groups", 4}, {"chunk_size", 4}}});
   }
+  out.push_back(
+      {"moe",
+       "moe.layer",
+       "swiglu",
+       "RMSNorm",
+       true,
+       {{"num_moe_experts", 4}, {"moe_router_topk", 2}, {"moe_shared_expert_intermediate_size", 8}}});
   return out;
 }
 
@@ -102,13 +112,14 @@ boost::json::object model_section(const Case& c, int tp) {
   return o;
 }
 
-// The plugins' components: the transformer's and, loaded beside them, the mamba plugin's.
+// The plugins' components: the transformer's and, loaded beside them, the mamba and moe plugins'.
 const plexus::Component& component(const std::string& name) {
-  static const bool mamba = [] {
+  static const bool others = [] {
     tt::load_built_plugin(tt::host(), "mamba");
+    tt::load_built_plugin(tt::host(), "moe");
     return true;
   }();
-  (void)mamba;
+  (void)others;
   return tt::component(name);
 }
 

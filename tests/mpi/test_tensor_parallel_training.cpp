@@ -212,7 +212,11 @@ BOOST_AUTO_TEST_CASE(moe_tp_with_sequence_parallelism_matches_one_rank) {
   train(corpus, root / "tp2_ep2_dp2_sp", 4,
         moe + " --set train.microbatches=1" + tensor_parallel(2, ", \"expert_tp\": 1, \"ep\": 2") +
             kSequenceParallel);
-  for (const char* run : {"tp2_sp", "tp2_ep2_sp", "tp2_ep2_dp2_sp"})
+  // ep 2 < tp 4 at dp 1: two ranks hold each expert (expert_dp 2), each its tp ranks' tokens; with
+  // no data-parallel strategy the update sums their gradients over expert_dp itself.
+  train(corpus, root / "tp4_ep2_sp", 4,
+        moe + tensor_parallel(4, ", \"expert_tp\": 1, \"ep\": 2") + kSequenceParallel);
+  for (const char* run : {"tp2_sp", "tp2_ep2_sp", "tp2_ep2_dp2_sp", "tp4_ep2_sp"})
     expect_close(root / "tp1", root / run, kSteps);
   const auto whole = records(root / "tp1" / "metrics.jsonl", "step").back();
   const auto split = records(root / "tp2_sp" / "metrics.jsonl", "step").back();
@@ -223,6 +227,40 @@ BOOST_AUTO_TEST_CASE(moe_tp_with_sequence_parallelism_matches_one_rank) {
     const std::string tokens = "moe/layer0.tokens_per_expert." + std::to_string(e);
     BOOST_TEST(split.at(tokens).to_number<double>() == whole.at(tokens).to_number<double>());
   }
+}
+
+// Expert tensor parallelism (expert_tp = tp, the default): every expert's fc1 split on its rows
+// (SwiGLU's [gate_r; up_r]) and fc2 on its columns; each rank's routed rows gathered over
+// expert_tp, the partial outputs reduce-scattered back. GeLU and SwiGLU at tp 2, tp 4, and ep 2
+// beside it (dp 2: the all-to-all over ep, then the gather over expert_tp), each within 1e-6 of
+// one process (its checkpoint's whole expert tensors included); and the tp 2 checkpoint of step 10
+// resumed at tp 1 (SwiGLU's parts re-cut) ends within 1e-6 of the uninterrupted run.
+BOOST_AUTO_TEST_CASE(moe_expert_tensor_parallel_matches_one_rank) {
+  Corpus corpus;
+  const fs::path root = corpus.dir.path();
+  const std::string moe =
+      kModel + " --set model.moe.layer_freq=2" +
+      R"( --set 'model.moe.options={"num_moe_experts": 4, "moe_router_topk": 2, "moe_aux_loss_coeff": 0.01, )"
+      R"("moe_shared_expert_intermediate_size": 32}')";
+  const std::string swiglu = moe + " --set model.activation=swiglu";
+  train(corpus, root / "tp1", 1, moe);
+  train(corpus, root / "tp1_swiglu", 1, swiglu);
+  train(corpus, root / "etp2", 2, moe + tensor_parallel(2) + kSequenceParallel);
+  train(corpus, root / "etp2_swiglu", 2, swiglu + tensor_parallel(2) + kSequenceParallel);
+  train(corpus, root / "etp4", 4, moe + tensor_parallel(4) + kSequenceParallel);
+  train(corpus, root / "etp2_ep2_dp2", 4,
+        moe + " --set train.microbatches=1" + tensor_parallel(2, ", \"ep\": 2") + kSequenceParallel);
+  for (const char* run : {"etp2", "etp4", "etp2_ep2_dp2"}) expect_close(root / "tp1", root / run, kSteps);
+  expect_close(root / "tp1_swiglu", root / "etp2_swiglu", kSteps);
+  train(corpus, root / "resumed", 1,
+        swiglu + " --resume " + quote((root / "etp2_swiglu" / "checkpoints" / step_dir(10)).string()));
+  const auto whole =
+      plexus::checkpoint::load_checkpoint(root / "tp1_swiglu" / "checkpoints" / step_dir(kSteps));
+  const auto resumed =
+      plexus::checkpoint::load_checkpoint(root / "resumed" / "checkpoints" / step_dir(kSteps));
+  BOOST_TEST(whole.model.names() == resumed.model.names());
+  BOOST_TEST(worst_difference(whole.model, resumed.model, 1e-3) <= kTolerance);
+  BOOST_TEST(worst_difference(whole.optimizer, resumed.optimizer, 1e-3) <= kTolerance);
 }
 
 // The aux-loss-free expert bias (sigmoid scores, as Megatron requires) at tp 2 with sequence
@@ -335,8 +373,8 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_resumes_at_another_vocabulary_padding) {
 }
 
 // What cannot be split is refused by name: query groups and Mamba groups that tp does not divide,
-// MoE layers without sequence parallelism or with expert tensor parallelism, and context
-// parallelism.
+// MoE layers without sequence parallelism, with expert_tp other than tp or an expert width it
+// does not divide.
 BOOST_AUTO_TEST_CASE(refusals_name_what_does_not_split) {
   Corpus corpus;
   const fs::path root = corpus.dir.path();
@@ -362,11 +400,20 @@ BOOST_AUTO_TEST_CASE(refusals_name_what_does_not_split) {
       refused(corpus, root / "moe", 2, moe_options + tensor_parallel(2, ", \"expert_tp\": 1"));
   BOOST_TEST(moe.find("MoE layers under tensor parallelism need sequence parallelism") != std::string::npos,
              moe);
-  const std::string etp =
-      refused(corpus, root / "etp", 2, moe_options + tensor_parallel(2) + kSequenceParallel);
+  // Expert tensor parallelism needs expert_tp = tp and an expert width expert_tp divides.
+  const std::string etp = refused(corpus, root / "etp", 4,
+                                  moe_options + tensor_parallel(4, ", \"expert_tp\": 2") + kSequenceParallel);
   BOOST_TEST(
-      etp.find("expert tensor parallelism (an expert_tp group of 2 ranks) is not built") != std::string::npos,
+      etp.find("an expert_tp group of 2 ranks beside a tp group of 4 is not built") != std::string::npos,
       etp);
+  const std::string width =
+      refused(corpus, root / "width", 2,
+              kModel + " --set model.moe.layer_freq=2" +
+                  R"( --set 'model.moe.options={"num_moe_experts": 4, "moe_ffn_hidden_size": 33}')" +
+                  tensor_parallel(2) + kSequenceParallel);
+  BOOST_TEST(width.find("moe_ffn_hidden_size (33) is not divisible by the 2 ranks of the expert_tp group") !=
+                 std::string::npos,
+             width);
 }
 
 // The tp group's traffic in the step records (what comm_mpi was handed through the engine and the

@@ -70,13 +70,19 @@ double AdamW::step(int64_t step) {
 }
 
 double AdamW::squared_norm() const {
-  std::vector<const Tensor*> grads, divided, split;
+  // Experts divided over ep (summed over ep), tensor-parallel shards (summed over tp), and both
+  // (expert tensor parallelism beside ep: summed over ep, then tp).
+  std::vector<const Tensor*> grads, divided, split, divided_split;
   std::vector<std::size_t> grad_params;
   for (std::size_t i = 0; i < params_->size(); ++i)
     if (!(*params_)[i].is_buffer() && (counted_.empty() || counted_[i])) {
       const bool divide = divided_sum_ && (*params_)[i].grad_group != "dp";
-      const bool shard = !divide && tp_sum_ && (*params_)[i].tp.split();
-      (divide ? divided : shard ? split : grads).push_back(&(*params_)[i].grad);
+      const bool shard = tp_sum_ && (*params_)[i].tp.split();
+      (divide && shard ? divided_split
+       : divide        ? divided
+       : shard         ? split
+                       : grads)
+          .push_back(&(*params_)[i].grad);
       if (!divide && !shard) grad_params.push_back(i);
     }
   double sum_sq = 0;
@@ -93,7 +99,10 @@ double AdamW::squared_norm() const {
     sum_sq += stage_sum_ ? stage_sum_(experts) : experts;
   }
   if (tp_sum_) {
-    const double shards = tp_sum_(split.empty() ? 0.0 : device_ops::sum_of_squares(split));
+    double local = split.empty() ? 0.0 : device_ops::sum_of_squares(split);
+    if (divided_sum_)
+      local += divided_sum_(divided_split.empty() ? 0.0 : device_ops::sum_of_squares(divided_split));
+    const double shards = tp_sum_(local);
     sum_sq += stage_sum_ ? stage_sum_(shards) : shards;
   }
   return sum_sq;

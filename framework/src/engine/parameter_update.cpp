@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/device_ops.hpp"
 #include "engine/sharded_adamw.hpp"
@@ -28,7 +32,9 @@ double over(const distributed::Communicator* group, double value, distributed::R
 class WholeUpdate final : public ParameterUpdate {
  public:
   WholeUpdate(Model& model, const OptimizerSettings& settings, const UpdateRanks& ranks)
-      : model_(model), optimizer_(model.parameters(), settings) {
+      : model_(model),
+        optimizer_(model.parameters(), settings),
+        own_groups_(own_group_parameters(model, ranks)) {
     if (ranks.sum_over_ep) optimizer_.set_divided_sum(ranks.sum_over_ep);
     if (ranks.sum_over_tp) optimizer_.set_tensor_parallel_sum(ranks.sum_over_tp);
     if (ranks.sum_over_stages)
@@ -36,7 +42,13 @@ class WholeUpdate final : public ParameterUpdate {
   }
 
   void begin_step(int64_t) override { model_.parameters().zero_grads(); }
-  void finish_gradients(StepProfile*) override {}
+  // Without a data-parallel strategy (one dp rank) the gradients of a parameter reduced over a
+  // group of its own are still the sums of its ranks' parts: experts divided over ep beside tp,
+  // whose other copies (expert_dp) saw the other tp ranks' tokens. What a strategy would average
+  // and scale by expert_dp / dp is, at dp 1, their sum.
+  void finish_gradients(StepProfile*) override {
+    for (const auto& [group, params] : own_groups_) sum_gradients(params, *group);
+  }
   void check_gradients_finite() const override { model_.check_gradients_finite(); }
   double apply(int64_t step) override { return optimizer_.step(step); }
   double squared_gradient_norm() const override { return optimizer_.squared_norm(); }
@@ -45,16 +57,19 @@ class WholeUpdate final : public ParameterUpdate {
   void all_reduce_gradient(std::size_t p, const distributed::Communicator& group) override {
     group.all_reduce(model_.parameters()[p].grad.view(), distributed::ReduceOp::sum);
   }
-  // The partial gradients packed into one buffer, summed, and unpacked.
   void sum_partial_gradients(const distributed::Communicator& tp) override {
-    ParameterStore& params = model_.parameters();
+    const ParameterStore& params = model_.parameters();
     std::vector<std::size_t> partial;
-    int64_t total = 0;
     for (std::size_t p = 0; p < params.size(); ++p)
-      if (params[p].partial_over_tp() && !params[p].is_buffer()) {
-        partial.push_back(p);
-        total += params[p].numel();
-      }
+      if (params[p].partial_over_tp() && !params[p].is_buffer()) partial.push_back(p);
+    sum_gradients(partial, tp);
+  }
+
+  // These parameters' gradients packed into one buffer, summed over `group`, and unpacked.
+  void sum_gradients(const std::vector<std::size_t>& partial, const distributed::Communicator& group) {
+    ParameterStore& params = model_.parameters();
+    int64_t total = 0;
+    for (std::size_t p : partial) total += params[p].numel();
     if (partial.empty()) return;
     Tensor packed({total}, plx_dtype_f32(), model_.device());
     const auto move = [&](bool in) {
@@ -70,7 +85,7 @@ class WholeUpdate final : public ParameterUpdate {
       }
     };
     move(true);
-    tp.all_reduce(packed.view(), distributed::ReduceOp::sum);
+    group.all_reduce(packed.view(), distributed::ReduceOp::sum);
     move(false);
   }
 
@@ -105,8 +120,31 @@ class WholeUpdate final : public ParameterUpdate {
   }
 
  private:
+  using OwnGroups = std::vector<std::pair<const distributed::Communicator*, std::vector<std::size_t>>>;
+  // The parameters reduced over a group other than dp, by group, where it has more than one rank.
+  static OwnGroups own_group_parameters(const Model& model, const UpdateRanks& ranks) {
+    OwnGroups out;
+    if (ranks.runtime == nullptr) return out;
+    const ParameterStore& params = model.parameters();
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      if (params[p].is_buffer() || params[p].grad_group == "dp") continue;
+      const distributed::Communicator* group = ranks.runtime->group(params[p].grad_group);
+      if (group == nullptr)
+        throw std::runtime_error("parameter " + params[p].name + " (declared by " + params[p].declared_by +
+                                 ") asks for its gradient to be reduced over the group \"" +
+                                 params[p].grad_group + "\", which the topology did not build");
+      if (group->size() <= 1) continue;
+      auto found =
+          std::find_if(out.begin(), out.end(), [&](const auto& entry) { return entry.first == group; });
+      if (found == out.end()) found = out.insert(out.end(), {group, {}});
+      found->second.push_back(p);
+    }
+    return out;
+  }
+
   Model& model_;
   AdamW optimizer_;
+  OwnGroups own_groups_;
 };
 
 class ShardedUpdate final : public ParameterUpdate {

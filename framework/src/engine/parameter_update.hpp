@@ -86,6 +86,9 @@ struct UpdateRanks {
   // Parameters that must be alone in their FSDP unit's buffer (the tied ones: their reduced
   // gradients are summed over the stages shard by shard, so the layouts must agree).
   std::vector<bool> alone;
+  // The job's groups, for a parameter whose gradient is reduced over a group of its own
+  // (plx_param_spec.grad_group: experts over expert_dp) when no data-parallel strategy runs.
+  const distributed::Runtime* runtime = nullptr;
 };
 
 // AdamW over the whole store.

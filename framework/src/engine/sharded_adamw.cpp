@@ -71,7 +71,7 @@ double ShardedAdamW::squared_norm() const {
   const auto& buffers = sharded_->buffers();
   std::vector<DataParallelInstance::Shard> shards;
   // [0]: whole on every tp rank, [1]: tp shards (summed over tp too).
-  double partitioned[2] = {0, 0}, replicated[2] = {0, 0}, experts = 0;
+  double partitioned[2] = {0, 0}, replicated[2] = {0, 0}, experts[2] = {0, 0};
   for (std::size_t k = 0; k < buffers.size(); ++k) {
     const ShardedParameters::Buffer& b = buffers[k];
     shards.push_back(sharded_->strategy().shard(static_cast<uint32_t>(k)));
@@ -84,10 +84,12 @@ double ShardedAdamW::squared_norm() const {
     else if (b.group == "dp")
       replicated[tp] += sum;
     else
-      experts += sum;
+      experts[tp] += sum;
   }
-  double sum_sq = replicated[0] + sum_over_ep_(experts) + sum_over_dp_(partitioned[0]);
-  if (sum_over_tp_) sum_sq += sum_over_tp_(replicated[1] + sum_over_dp_(partitioned[1]));
+  // Experts divided over ep and (expert tensor parallelism) split over tp: summed over both.
+  double sum_sq = replicated[0] + sum_over_ep_(experts[0]) + sum_over_dp_(partitioned[0]);
+  if (sum_over_tp_)
+    sum_sq += sum_over_tp_(replicated[1] + sum_over_dp_(partitioned[1]) + sum_over_ep_(experts[1]));
   if (sum_over_stages_) sum_sq = sum_over_stages_(sum_sq);
   return sum_sq;
 }

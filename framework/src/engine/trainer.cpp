@@ -170,6 +170,7 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   ranks.dp = t.dp;
   ranks.dp_rank = t.dp_rank;
   ranks.sum_over_ep = sum_over_divided_experts(runtime);
+  ranks.runtime = runtime;
   if (const distributed::Communicator* tp = options.tensor_group; tp != nullptr)
     ranks.sum_over_tp = [tp](double local) { return tp->all_reduce(local, distributed::ReduceOp::sum); };
   if (t.pp != nullptr) {

@@ -33,6 +33,7 @@
 #include "device_impl.hpp"
 #include "expert_exchange.hpp"
 #include "expert_load.hpp"
+#include "expert_tensor_parallel.hpp"
 #include "experts.hpp"
 #include "permutation.hpp"
 #include "plexus/cpp/group.hpp"
@@ -106,6 +107,11 @@ class MoeState : public plexus::sdk::LayerState {
   k::Buffer dy_recv, dy_local, dx_local, dx_send;
   plx_request pending = nullptr;
 
+  // Expert tensor parallelism (expert_tensor_parallel.hpp): every expert_tp rank's rows of the
+  // local experts, gathered, and their output gradients, for the weight gradients.
+  EtpLayout etp;
+  k::Buffer x_etp, dy_etp;
+
   // On a CUDA device: everything above lives there instead (the bookkeeping stays here).
   std::unique_ptr<DeviceState> device;
 };
@@ -125,12 +131,11 @@ MoeConfig read_config(const plx_layer_create_args& args) {
                                          std::to_string(static_cast<int>(device.device_type)) +
                                          " requested)");
   // Tensor parallelism: the layer runs on each rank's block of the tokens (sequence
-  // parallelism, which Megatron requires for MoE at tp > 1) with every expert whole on every tp
-  // rank; expert tensor parallelism and experts divided over ep beside tp are not built.
+  // parallelism, which Megatron requires for MoE at tp > 1), the router replicated; the experts
+  // whole on every tp rank (expert_tp 1) or split over expert_tp = tp (expert_tensor_parallel.hpp).
   const plexus::sdk::Host host = plexus::sdk::Host::current();
   const plexus::sdk::Group tp = plexus::sdk::Group::find(host, "tp");
   const plexus::sdk::Group expert_tp = plexus::sdk::Group::find(host, "expert_tp");
-  const plexus::sdk::Group ep = plexus::sdk::Group::find(host, "ep");
   const std::string at = std::string(kComponent) + " at tp " + std::to_string(tp.size()) + ": ";
   // Context parallelism runs the layer on each rank's chunks of the sequences (the router's counts
   // summed over tp x cp, as Megatron sums them); on the CPU only.
@@ -139,32 +144,30 @@ MoeConfig read_config(const plx_layer_create_args& args) {
     throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) +
                                          " on CUDA under context parallelism (a cp group of " +
                                          std::to_string(cp.size()) + " ranks) is not built; set cp to 1");
-  if (expert_tp.size() > 1)
+  // Expert tensor parallelism over a group of its own size (Megatron allows expert_tp != tp)
+  // would need the engine to gather, reshard and norm those shards over expert_tp; at expert_tp =
+  // tp the two groups are the same ranks.
+  if (expert_tp.size() > 1 && expert_tp.size() != tp.size())
     throw Error(PLX_ERR_UNSUPPORTED,
-                std::string(kComponent) + ": expert tensor parallelism (an expert_tp group of " +
-                    std::to_string(expert_tp.size()) +
-                    " ranks) is not built; set distributed.topology.options.expert_tp to 1 "
-                    "(it defaults to tp)");
+                std::string(kComponent) + ": expert tensor parallelism over an expert_tp group of " +
+                    std::to_string(expert_tp.size()) + " ranks beside a tp group of " +
+                    std::to_string(tp.size()) +
+                    " is not built; set distributed.topology.options.expert_tp to 1 or to tp (the default)");
   if (tp.size() > 1 && !host.config_bool_if(args.model_config, "sequence_parallel").value_or(false))
     throw Error(PLX_ERR_UNSUPPORTED, at + "MoE layers under tensor parallelism need sequence parallelism, as "
                                           "Megatron-LM requires (set model.sequence_parallel to true)");
-  // Experts divided over ep beside tp: each expert's gradient holds the tokens of its ep group,
-  // summed over the ranks holding the same experts (expert_dp) by the data-parallel strategy,
-  // which runs only when dp has more than one rank.
-  const plexus::sdk::Group dp = plexus::sdk::Group::find(host, "dp");
-  const plexus::sdk::Group expert_dp = plexus::sdk::Group::find(host, "expert_dp");
-  if (tp.size() > 1 && ep.size() > 1 && dp.size() == 1 && expert_dp.size() > 1)
-    throw Error(PLX_ERR_UNSUPPORTED,
-                at + "experts over an ep group of " + std::to_string(ep.size()) + " ranks leave " +
-                    std::to_string(expert_dp.size()) +
-                    " ranks holding the same experts, whose gradients only a data-parallel "
-                    "strategy sums, and dp has one rank; set ep to tp (" +
-                    std::to_string(tp.size()) + ") or train with dp > 1");
   if (tp.size() > 1 && device.device_type == kDLCUDA)
     throw Error(PLX_ERR_UNSUPPORTED, at + "tensor parallelism runs on the CPU only; the CUDA layer is whole "
                                           "(set distributed.topology.options.tp to 1)");
-  return MoeConfig::read(plexus::sdk::Host::current(), args.config, args.model_config,
-                         plx_layer_residual_layers(&args));
+  MoeConfig c = MoeConfig::read(plexus::sdk::Host::current(), args.config, args.model_config,
+                                plx_layer_residual_layers(&args));
+  if (expert_tp.size() > 1 && c.ffn % expert_tp.size() != 0)
+    throw Error(PLX_ERR_INVALID_ARGUMENT,
+                std::string(kComponent) + ": the experts' width moe_ffn_hidden_size (" +
+                    std::to_string(c.ffn) + ") is not divisible by the " + std::to_string(expert_tp.size()) +
+                    " ranks of the expert_tp group (distributed.topology.options.expert_tp): each rank "
+                    "holds an equal share of every expert's width");
+  return c;
 }
 
 // What the CUDA path does not do yet, refused when the layer is created (before the device is
@@ -189,6 +192,7 @@ class MoeLayer final : public plexus::sdk::Layer {
         cp_size_(plexus::sdk::Group::find(plexus::sdk::Host::current(), "cp").size()),
         tokens_(plexus::sdk::Group::find(plexus::sdk::Host::current(), cp_size_ > 1 ? "tp_cp" : "tp")),
         ep_(ExpertGroup::find(*plexus::sdk::Host::current().api(), config_.experts)),
+        expert_tp_(plexus::sdk::Group::find(plexus::sdk::Host::current(), "expert_tp")),
         load_(config_.experts),
         device_(args.device) {
     const MoeConfig& c = config_;
@@ -218,8 +222,11 @@ class MoeLayer final : public plexus::sdk::Layer {
     // over expert_dp (the ranks holding the same experts), not over dp.
     for (int64_t e = ep_.first_expert; e < ep_.first_expert + ep_.local_experts; ++e) {
       const std::string prefix = "mlp.experts.local_experts." + std::to_string(e) + ".";
-      add(prefix + "linear_fc1.weight", {c.fc1_rows(), c.hidden}, PLX_INIT_NORMAL, c.init_std, 0);
-      add(prefix + "linear_fc2.weight", {c.hidden, c.ffn}, PLX_INIT_NORMAL, c.output_init_std, 0);
+      add(prefix + "linear_fc1.weight", {expert_shape().fc1_rows(), c.hidden}, PLX_INIT_NORMAL, c.init_std,
+          0);
+      add(prefix + "linear_fc2.weight", {c.hidden, expert_shape().ffn}, PLX_INIT_NORMAL, c.output_init_std,
+          0);
+      if (expert_tp_.size() > 1) split_expert(specs_.size() - 2, specs_.size() - 1);
       if (c.grouped_gemm) {
         // Megatron's TE spec with moe_grouped_gemm (always, in its hybrid stack): TEGroupedMLP,
         // one GroupedLinear per projection holding expert i as weight<i>.
@@ -228,11 +235,12 @@ class MoeLayer final : public plexus::sdk::Layer {
           specs_[specs_.size() - 3 + static_cast<std::size_t>(fc)].te_name = names_.back().c_str();
         }
       }
-      if (ep_.parallel()) {
+      if (ep_.parallel() || expert_tp_.size() > 1) {
         // They hold every token of the ep group (under sequence parallelism every tp rank's
-        // block that routes to them): no part to sum over tp.
+        // block that routes to them; under expert tensor parallelism every expert_tp rank's rows,
+        // gathered): no part to sum over tp.
         for (plx_param_spec* expert : {&specs_[specs_.size() - 2], &specs_.back()}) {
-          expert->grad_group = kExpertGradGroup;
+          if (ep_.parallel()) expert->grad_group = kExpertGradGroup;
           expert->flags &= ~uint32_t{PLX_PARAM_SEQUENCE_PARALLEL};
         }
       }
@@ -384,8 +392,9 @@ class MoeLayer final : public plexus::sdk::Layer {
   // (an upper bound under a capacity, which drops some) spread evenly over the ep ranks: the
   // pre-norm's output, normalized rows and 1/std; the router's logits, scores, probabilities,
   // log-sum-exp and choices; the permutation; the routed rows in and out and the experts' fc1
-  // output and activation (under ep the rows received, regrouped and sent back too); the shared
-  // experts' activations and output.
+  // output and activation (under ep the rows received, regrouped and sent back too; under expert
+  // tensor parallelism every expert_tp rank's rows, gathered, at 1/expert_tp of the width); the
+  // shared experts' activations and output.
   double estimate_activation_bytes(uint32_t num_inputs, const plx_tensor_desc* inputs,
                                    const plx_activation_query& /*query*/) const override {
     expect_counts("estimate_activation_bytes", num_inputs, 1);
@@ -395,9 +404,12 @@ class MoeLayer final : public plexus::sdk::Layer {
     const double n = static_cast<double>(inputs[0].dims[0]) * static_cast<double>(inputs[0].dims[1]);
     const double h = static_cast<double>(c.hidden), e = static_cast<double>(c.experts),
                  k = static_cast<double>(c.topk), rows = n * k;
+    const auto etp = static_cast<double>(expert_tp_.size());
+    const double expert_rows = rows * etp;  // what the experts run on
     double values = n * (2 * h + 1) + n * (2 * e + k + 1) + rows * 2 * h +
-                    rows * static_cast<double>(c.fc1_rows() + c.ffn);
+                    expert_rows * static_cast<double>(expert_shape().fc1_rows() + expert_shape().ffn);
     if (ep_.parallel()) values += rows * 4 * h;
+    if (etp > 1) values += expert_rows * h;
     if (c.shared_ffn > 0)
       values += n * static_cast<double>(shared_shape().fc1_rows() + c.shared_ffn) + n * h +
                 (c.shared_expert_gate ? n : 0);
@@ -408,6 +420,19 @@ class MoeLayer final : public plexus::sdk::Layer {
   }
 
  private:
+  // Marks an expert's fc1 and fc2 as this rank's shards over expert_tp (= tp: the host cuts,
+  // gathers and norms them over tp): fc1 on its rows, SwiGLU's as the two parts [gate_r; up_r],
+  // fc2 on its columns (Megatron's column- and row-parallel expert linears).
+  void split_expert(std::size_t fc1, std::size_t fc2) {
+    if (config_.swiglu && fc1_parts_.empty()) fc1_parts_ = {config_.ffn, config_.ffn};
+    specs_[fc1].flags |= PLX_PARAM_TENSOR_PARALLEL;
+    specs_[fc1].tp_dim = 0;
+    specs_[fc1].tp_num_parts = static_cast<uint32_t>(fc1_parts_.size());
+    specs_[fc1].tp_part_sizes = fc1_parts_.empty() ? nullptr : fc1_parts_.data();
+    specs_[fc2].flags |= PLX_PARAM_TENSOR_PARALLEL;
+    specs_[fc2].tp_dim = 1;
+  }
+
   // Under sequence parallelism every trained parameter sees this rank's tokens only: its gradient
   // is a part the host sums over tp (PLX_PARAM_SEQUENCE_PARALLEL); a buffer has none.
   void add(const std::string& name, std::initializer_list<int64_t> dims, uint32_t init, double std_dev,
@@ -460,7 +485,10 @@ class MoeLayer final : public plexus::sdk::Layer {
     }
   }
 
-  MlpShape expert_shape() const { return MlpShape{config_.hidden, config_.ffn, config_.swiglu}; }
+  // One expert's MLP as this rank computes it: 1/expert_tp of its width.
+  MlpShape expert_shape() const {
+    return MlpShape{config_.hidden, config_.ffn / expert_tp_.size(), config_.swiglu};
+  }
   MlpShape shared_shape() const { return MlpShape{config_.hidden, config_.shared_ffn, config_.swiglu}; }
 
   template <class T>
@@ -621,12 +649,11 @@ class MoeLayer final : public plexus::sdk::Layer {
         T* x_local = st.x_local.get<T>(at_least_one(received * c.hidden));
         to_expert_major<T>(st.layout, c.hidden, st.x_recv.data<T>(), x_local);
         T* y_local = st.y_local.get<T>(at_least_one(received * c.hidden));
-        experts_forward<T>(expert_shape(), st.layout.expert_offsets, expert_weights<T>(args.params), x_local,
-                           st.experts, y_local);
+        run_experts<T>(st, st.layout.expert_offsets, args.params, x_local, y_local);
         to_source_major<T>(st.layout, c.hidden, y_local, st.y_send.get<T>(at_least_one(received * c.hidden)));
       } else {
-        experts_forward<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params),
-                           st.x_perm.data<T>(), st.experts, st.y_perm.get<T>(sz(rows * c.hidden)));
+        run_experts<T>(st, st.perm.offsets, args.params, st.x_perm.data<T>(),
+                       st.y_perm.get<T>(sz(rows * c.hidden)));
       }
       if (c.shared_ffn > 0) {
         experts_forward<T>(shared_shape(), {0, n}, shared_weights<T>(args.params), st.u.data<T>(), st.shared,
@@ -648,6 +675,45 @@ class MoeLayer final : public plexus::sdk::Layer {
     }
     st.saved = (args.flags & PLX_FORWARD_TRAINING) != 0;
     st.next_backward = static_cast<uint32_t>(steps_.size()) - 1;
+  }
+
+  // The local experts on this rank's rows x [rows of `offsets`, C] (expert-major) into y. Under
+  // expert tensor parallelism every expert_tp rank's rows are gathered, this rank's shards run on
+  // all of them and the partial outputs are summed back to the rows' ranks.
+  template <class T>
+  void run_experts(MoeState& st, const std::vector<int64_t>& offsets, const DLTensor* params, const T* x,
+                   T* y) {
+    if (expert_tp_.size() <= 1)
+      return experts_forward<T>(expert_shape(), offsets, expert_weights<T>(params), x, st.experts, y);
+    const int64_t h = config_.hidden;
+    st.etp = EtpLayout::build(expert_tp_, offsets);
+    std::vector<T> scratch;
+    T* x_all = st.x_etp.get<T>(at_least_one(st.etp.total() * h));
+    etp_gather_rows<T>(expert_tp_, st.etp, x, h, x_all, scratch);
+    k::Buffer y_buf;
+    T* y_all = y_buf.get<T>(at_least_one(st.etp.total() * h));
+    experts_forward<T>(expert_shape(), st.etp.offsets, expert_weights<T>(params), x_all, st.experts, y_all);
+    etp_scatter_sum_rows<T>(expert_tp_, st.etp, y_all, h, y, scratch);
+  }
+
+  // The backward's input part: dy of this rank's rows to dx, fc1's output gradient kept for the
+  // weights; under expert tensor parallelism over every expert_tp rank's rows (their dy gathered
+  // and kept, dx's parts summed back to the rows' ranks).
+  template <class T>
+  void run_experts_backward(MoeState& st, const std::vector<int64_t>& offsets, const DLTensor* params,
+                            const T* dy, T* dx) {
+    if (expert_tp_.size() <= 1)
+      return experts_backward_inputs<T>(expert_shape(), offsets, expert_weights<T>(params), st.experts, dy,
+                                        dx, st.da_experts);
+    const int64_t h = config_.hidden;
+    std::vector<T> scratch;
+    T* dy_all = st.dy_etp.get<T>(at_least_one(st.etp.total() * h));
+    etp_gather_rows<T>(expert_tp_, st.etp, dy, h, dy_all, scratch);
+    k::Buffer dx_buf;
+    T* dx_all = dx_buf.get<T>(at_least_one(st.etp.total() * h));
+    experts_backward_inputs<T>(expert_shape(), st.etp.offsets, expert_weights<T>(params), st.experts, dy_all,
+                               dx_all, st.da_experts);
+    etp_scatter_sum_rows<T>(expert_tp_, st.etp, dx_all, h, dx, scratch);
   }
 
   void expect_same_call(const MoeState& st, int64_t batch, int64_t seq) const {
@@ -705,14 +771,12 @@ class MoeLayer final : public plexus::sdk::Layer {
         T* dy_local = st.dy_local.get<T>(at_least_one(received * c.hidden));
         to_expert_major<T>(st.layout, c.hidden, st.dy_recv.data<T>(), dy_local);
         T* dx_local = st.dx_local.get<T>(at_least_one(received * c.hidden));
-        experts_backward_inputs<T>(expert_shape(), st.layout.expert_offsets, expert_weights<T>(args.params),
-                                   st.experts, dy_local, dx_local, st.da_experts);
+        run_experts_backward<T>(st, st.layout.expert_offsets, args.params, dy_local, dx_local);
         to_source_major<T>(st.layout, c.hidden, dx_local,
                            st.dx_send.get<T>(at_least_one(received * c.hidden)));
       } else {
-        experts_backward_inputs<T>(expert_shape(), st.perm.offsets, expert_weights<T>(args.params),
-                                   st.experts, st.dy_perm.data<T>(),
-                                   st.dx_perm.get<T>(at_least_one(rows * c.hidden)), st.da_experts);
+        run_experts_backward<T>(st, st.perm.offsets, args.params, st.dy_perm.data<T>(),
+                                st.dx_perm.get<T>(at_least_one(rows * c.hidden)));
       }
       if (c.shared_ffn > 0) {
         // Its output gradient is the layer's, which the host may change once backward returns.
@@ -771,7 +835,10 @@ class MoeLayer final : public plexus::sdk::Layer {
       g.fc1.push_back(grad_or_null<T>(grads, experts_index_ + 2 * sz(e)));
       g.fc2.push_back(grad_or_null<T>(grads, experts_index_ + 2 * sz(e) + 1));
     }
-    if (ep_.parallel())
+    if (expert_tp_.size() > 1)  // every expert_tp rank's rows
+      experts_backward_weights<T>(expert_shape(), st.etp.offsets, g, st.experts, st.x_etp.data<T>(),
+                                  st.dy_etp.data<T>(), st.da_experts);
+    else if (ep_.parallel())
       experts_backward_weights<T>(expert_shape(), st.layout.expert_offsets, g, st.experts,
                                   st.x_local.data<T>(), st.dy_local.data<T>(), st.da_experts);
     else
@@ -942,6 +1009,9 @@ class MoeLayer final : public plexus::sdk::Layer {
   int32_t cp_size_ = 1;
   plexus::sdk::Group tokens_;
   ExpertGroup ep_;                 // this rank's experts: all of them without an ep group
+  // Expert tensor parallelism: the group each expert's width is split over (one rank: whole).
+  plexus::sdk::Group expert_tp_;
+  std::vector<int64_t> fc1_parts_;  // SwiGLU's [gate; up] whole parts (plx_param_spec.tp_part_sizes)
   std::vector<Step> steps_;        // stage index -> step
   std::deque<std::string> names_;  // the specs' names point into it (a deque never moves them)
   std::vector<plx_param_spec> specs_;
