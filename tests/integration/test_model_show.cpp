@@ -171,3 +171,23 @@ BOOST_AUTO_TEST_CASE(activations_per_rank_at_a_cp_size) {
                  std::string::npos,
              mamba.output);
 }
+
+// MoE layers at --tp: the experts split over expert_tp (= tp, the default), so a rank holds half
+// of each expert's fc1 rows and fc2 columns; the router and the pre-norm stay whole.
+BOOST_AUTO_TEST_CASE(tp_splits_the_experts) {
+  const std::string moe =
+      " --set model.seq_length=16 --set 'plugins.load=[\"sequential_scheduler\",\"transformer\",\"moe\"]'"
+      " --set model.moe.layer_freq=1 --set 'model.moe.options={\"num_moe_experts\": 4}'";
+  const auto split = show(moe + " --tp 2");
+  int moe_units = 0;
+  for (const auto& unit : split.at("units").as_array()) {
+    const auto& u = unit.as_object();
+    if (u.at("component").as_string() != "moe.layer") continue;
+    ++moe_units;
+    // 4 experts of fc1 [128, 32] and fc2 [32, 128] (GeLU, ffn_hidden_size 4 x 32): half on a rank.
+    BOOST_TEST(u.at("parameters").to_number<int64_t>() -
+                   u.at("parameters_per_tp_rank").to_number<int64_t>() ==
+               4 * 128 * 32);
+  }
+  BOOST_TEST(moe_units == 2);
+}

@@ -226,7 +226,9 @@ class MoeLayer final : public plexus::sdk::Layer {
           0);
       add(prefix + "linear_fc2.weight", {c.hidden, expert_shape().ffn}, PLX_INIT_NORMAL, c.output_init_std,
           0);
-      if (expert_tp_.size() > 1) split_expert(specs_.size() - 2, specs_.size() - 1);
+      // Declared split whenever the experts would be cut over tp (also at tp 1, where the split
+      // is of one rank: plexus model show --tp counts a rank's share from it).
+      if (expert_tp_.size() == sequence_.size()) split_expert(specs_.size() - 2, specs_.size() - 1);
       if (c.grouped_gemm) {
         // Megatron's TE spec with moe_grouped_gemm (always, in its hybrid stack): TEGroupedMLP,
         // one GroupedLinear per projection holding expert i as weight<i>.
