@@ -3,7 +3,11 @@
 process (one thread, then every core) and by tp ranks under mpirun (one thread each), with what
 each rank holds.
 
-  /usr/bin/python3 bench/tp_scaling.py --data PREFIX [--tp 2] [--steps 30] [--repeats 3]
+  /usr/bin/python3 bench/tp_scaling.py --data PREFIX [--tp 2] [--steps 30] [--repeats 3] [--moe]
+
+With --moe every MLP is an MoE layer (8 experts, top 2), and the tp runs are with sequence
+parallelism (which MoE needs at tp > 1): the experts whole on every tp rank (expert_tp 1) and
+split over expert_tp = tp.
 
 PREFIX is a dataset of `plexus data prepare` (the byte tokenizer's 256 ids). Prints per run the
 median step time and tokens/s over steps 11.. (the median of --repeats runs), rank 0's bytes of
@@ -25,19 +29,24 @@ MODEL = ["model.num_layers=4", "model.hidden_size=256", "model.num_attention_hea
          "train.micro_batch_size=8", "train.microbatches=2", "optimizer.clip_grad=1.0"]
 
 
-def run(label, tp, threads, args, out_root, sequence_parallel=False):
+MOE = ["plugins.load=[\"sequential_scheduler\", \"transformer\", \"moe\"]", "model.moe.layer_freq=1",
+       "model.moe.options={\"num_moe_experts\": 8, \"moe_router_topk\": 2, \"moe_aux_loss_coeff\": 0.01}"]
+
+
+def run(label, tp, threads, args, out_root, sequence_parallel=False, expert_tp=None):
     out = os.path.join(out_root, label)
     shutil.rmtree(out, ignore_errors=True)
     cmd = [TRAIN, "--set", f"data.path={args.data}", "--set", f"run.output_dir={out}", "--set",
            f"train.steps={args.steps}", "--set", "train.eval_interval=0", "--set", "sample.tokens=0",
            "--set", "checkpoint.interval=0", "--set", "run.adapt_threads=false"]
-    for key in MODEL:
+    for key in MODEL + (MOE if args.moe else []):
         cmd += ["--set", key]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     if sequence_parallel:
         cmd += ["--set", "model.sequence_parallel=true"]
     if tp > 1:
-        cmd += ["--set", "distributed.topology.options={\"tp\": %d}" % tp]
+        etp = "" if expert_tp is None else ', "expert_tp": %d' % expert_tp
+        cmd += ["--set", "distributed.topology.options={\"tp\": %d%s}" % (tp, etp)]
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(tp), "-x", "OMP_NUM_THREADS"] + cmd
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace")
@@ -65,20 +74,25 @@ def main():
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--moe", action="store_true", help="MoE layers; tp runs with and without expert tensor parallelism")
     args = ap.parse_args()
     if args.steps <= 10:
         sys.exit("tp_scaling.py: --steps must exceed 10 (the first 10 are warm-up)")
     cores = os.cpu_count() or 1
-    runs = [("tp 1, 1 thread", 1, 1, False), (f"tp 1, {cores} threads", 1, cores, False),
-            (f"tp {args.tp}, {args.tp} ranks x 1 thread", args.tp, 1, False),
-            (f"tp {args.tp} + SP, {args.tp} ranks x 1 thread", args.tp, 1, True)]
+    runs = [("tp 1, 1 thread", 1, 1, False, None), (f"tp 1, {cores} threads", 1, cores, False, None)]
+    if args.moe:
+        runs += [(f"tp {args.tp} + SP, expert_tp 1", args.tp, 1, True, 1),
+                 (f"tp {args.tp} + SP, expert_tp {args.tp}", args.tp, 1, True, args.tp)]
+    else:
+        runs += [(f"tp {args.tp}, {args.tp} ranks x 1 thread", args.tp, 1, False, None),
+                 (f"tp {args.tp} + SP, {args.tp} ranks x 1 thread", args.tp, 1, True, None)]
     with tempfile.TemporaryDirectory() as out_root:
         results = {label: [] for label, *_ in runs}
         for _ in range(args.repeats):  # interleaved, so a slow spell of the machine hits every run
-            for label, tp, threads, sp in runs:
+            for label, tp, threads, sp, etp in runs:
                 name = label.replace(" ", "_").replace(",", "").replace("+", "")
-                results[label].append(run(name, tp, threads, args, out_root, sp))
-    print("model: " + ", ".join(MODEL))
+                results[label].append(run(name, tp, threads, args, out_root, sp, etp))
+    print("model: " + ", ".join(MODEL + (MOE if args.moe else [])))
     print(f"{'run':<33} {'step ms':>8} {'tokens/s':>9} {'state MiB/rank':>15} {'peak RSS MiB':>13} "
           f"{'tp MiB/step':>12} {'calls':>6}")
     for label, *_ in runs:

@@ -70,40 +70,49 @@ double AdamW::step(int64_t step) {
 }
 
 double AdamW::squared_norm() const {
-  // Experts divided over ep (summed over ep), tensor-parallel shards (summed over tp), and both
-  // (expert tensor parallelism beside ep: summed over ep, then tp).
-  std::vector<const Tensor*> grads, divided, split, divided_split;
+  // Experts divided over ep (summed over ep), shards (summed over the group they are split over:
+  // tp, or the experts' expert_tp), and both (over ep, then the group).
+  enum Split { whole, over_tp, over_expert_tp };
+  const auto split_of = [&](const Parameter& p) {
+    if (!p.tp.split()) return whole;
+    return p.tp.group == "expert_tp" && etp_sum_ ? over_expert_tp : tp_sum_ ? over_tp : whole;
+  };
+  std::vector<const Tensor*> grads, divided, split[3], divided_split[3];
   std::vector<std::size_t> grad_params;
   for (std::size_t i = 0; i < params_->size(); ++i)
     if (!(*params_)[i].is_buffer() && (counted_.empty() || counted_[i])) {
-      const bool divide = divided_sum_ && (*params_)[i].grad_group != "dp";
-      const bool shard = tp_sum_ && (*params_)[i].tp.split();
-      (divide && shard ? divided_split
-       : divide        ? divided
-       : shard         ? split
-                       : grads)
-          .push_back(&(*params_)[i].grad);
-      if (!divide && !shard) grad_params.push_back(i);
+      const Parameter& p = (*params_)[i];
+      const bool divide = divided_sum_ && p.grad_group != "dp";
+      const Split s = split_of(p);
+      if (s != whole)
+        (divide ? divided_split : split)[s].push_back(&p.grad);
+      else if (divide)
+        divided.push_back(&p.grad);
+      else {
+        grads.push_back(&p.grad);
+        grad_params.push_back(i);
+      }
     }
+  const auto squares = [](const std::vector<const Tensor*>& tensors) {
+    return tensors.empty() ? 0.0 : device_ops::sum_of_squares(tensors);
+  };
+  const auto over_stages = [&](double value) { return stage_sum_ ? stage_sum_(value) : value; };
   double sum_sq = 0;
   if (ordered_sum_) {  // pipelined: every stage's parameters, added in the whole model's order
-    std::vector<double> squares(params_->size(), 0.0);
+    std::vector<double> by_param(params_->size(), 0.0);
     for (std::size_t k = 0; k < grads.size(); ++k)
-      squares[grad_params[k]] = device_ops::sum_of_squares({grads[k]});
-    sum_sq = ordered_sum_(squares);
+      by_param[grad_params[k]] = device_ops::sum_of_squares({grads[k]});
+    sum_sq = ordered_sum_(by_param);
   } else {
-    sum_sq = device_ops::sum_of_squares(grads);
+    sum_sq = squares(grads);
   }
-  if (divided_sum_) {
-    const double experts = divided_sum_(divided.empty() ? 0.0 : device_ops::sum_of_squares(divided));
-    sum_sq += stage_sum_ ? stage_sum_(experts) : experts;
-  }
-  if (tp_sum_) {
-    double local = split.empty() ? 0.0 : device_ops::sum_of_squares(split);
-    if (divided_sum_)
-      local += divided_sum_(divided_split.empty() ? 0.0 : device_ops::sum_of_squares(divided_split));
-    const double shards = tp_sum_(local);
-    sum_sq += stage_sum_ ? stage_sum_(shards) : shards;
+  if (divided_sum_) sum_sq += over_stages(divided_sum_(squares(divided)));
+  for (const Split s : {over_tp, over_expert_tp}) {
+    const std::function<double(double)>& group_sum = s == over_tp ? tp_sum_ : etp_sum_;
+    if (!group_sum) continue;
+    double local = squares(split[s]);
+    if (divided_sum_) local += divided_sum_(squares(divided_split[s]));
+    sum_sq += over_stages(group_sum(local));
   }
   return sum_sq;
 }

@@ -116,6 +116,11 @@ Model::Model(const PluginHost& host, const boost::json::value& run_config, Model
   name_prefix_ = options.name_prefix;
   head_name_prefix_ = options.head_name_prefix;
   splice_tokens_ = options.splice_tokens;
+  if (options.expert_tensor_group != nullptr && options.expert_tensor_group->size() > 1) {
+    expert_tensor_group_ = options.expert_tensor_group;
+    params_.set_expert_tensor_parallel(static_cast<int32_t>(expert_tensor_group_->rank()),
+                                       static_cast<int32_t>(expert_tensor_group_->size()));
+  }
   if (options.tensor_group != nullptr && options.tensor_group->size() > 1) {
     tensor_group_ = options.tensor_group;
     params_.set_tensor_parallel(static_cast<int32_t>(tensor_group_->rank()),

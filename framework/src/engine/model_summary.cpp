@@ -74,7 +74,8 @@ std::vector<Model::UnitSummary> Model::summary() const {
       if (!params_[i].te_name.empty()) row.tensor_names.push_back(params_[i].te_name);
     }
     // A layer split over tp estimates its share; the whole model's products are tp shares.
-    const double shares = split ? static_cast<double>(tensor_group_->size()) : 1.0;
+    const double shares =
+        split && tensor_group_ != nullptr ? static_cast<double>(tensor_group_->size()) : 1.0;
     if (const auto flops = unit->layer->estimate_flops(inputs))
       row.flops_per_token = shares * (flops->forward + flops->backward) / static_cast<double>(s) +
                             (unit->role == UnitRole::decoder ? connection_->flops_per_token() : 0.0);

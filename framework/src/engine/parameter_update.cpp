@@ -37,6 +37,7 @@ class WholeUpdate final : public ParameterUpdate {
         own_groups_(own_group_parameters(model, ranks)) {
     if (ranks.sum_over_ep) optimizer_.set_divided_sum(ranks.sum_over_ep);
     if (ranks.sum_over_tp) optimizer_.set_tensor_parallel_sum(ranks.sum_over_tp);
+    if (ranks.sum_over_expert_tp) optimizer_.set_expert_tensor_parallel_sum(ranks.sum_over_expert_tp);
     if (ranks.sum_over_stages)
       optimizer_.set_stage_sum(ranks.ordered_stage_sum, ranks.sum_over_stages, ranks.counted);
   }
@@ -168,6 +169,7 @@ class ShardedUpdate final : public ParameterUpdate {
         [dp](double local) { return over(dp, local, distributed::ReduceOp::sum); }, sum_over_ep);
     if (ranks.sum_over_stages) optimizer_->set_stage_sum(ranks.sum_over_stages, ranks.counted);
     if (ranks.sum_over_tp) optimizer_->set_tensor_parallel_sum(ranks.sum_over_tp);
+    if (ranks.sum_over_expert_tp) optimizer_->set_expert_tensor_parallel_sum(ranks.sum_over_expert_tp);
   }
   ~ShardedUpdate() override {
     try {

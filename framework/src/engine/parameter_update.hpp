@@ -74,8 +74,9 @@ struct UpdateRanks {
   const distributed::Communicator* dp = nullptr;
   int64_t dp_rank = 0;
   std::function<double(double)> sum_over_ep;
-  // Tensor parallelism: the sum over the tp group (unset: no parameter is split).
-  std::function<double(double)> sum_over_tp;
+  // Tensor parallelism: the sum over the tp group (unset: no parameter is split), and over the
+  // expert grid's tp group where the experts are split over one that is not tp's.
+  std::function<double(double)> sum_over_tp, sum_over_expert_tp;
   // Pipeline parallelism: the sum over the stages (unset: one stage), the sum of every stage's
   // squared parameter norms in the whole model's order (AdamW::set_stage_sum), and by parameter
   // whether this stage counts it in the gradient norm (empty: all; a tied copy counts on its owner

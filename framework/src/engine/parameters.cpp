@@ -32,12 +32,24 @@ void for_each_run(const std::vector<int64_t>& shard_shape, const TensorSplit& sp
 
 }  // namespace
 
+// The group a spec's split names: "tp" without one (or from a layer built before ABI 1.10).
+static std::string split_group(const plx_param_spec& spec, const std::string& what) {
+  if (!PLX_HAS_FIELD(&spec, plx_param_spec, tp_group) || spec.tp_group == nullptr || *spec.tp_group == '\0')
+    return "tp";
+  const std::string group = spec.tp_group;
+  if (group != "tp" && group != "expert_tp")
+    throw std::runtime_error(what + " is split over the group \"" + group +
+                             "\"; a tensor-parallel parameter is split over \"tp\" or \"expert_tp\"");
+  return group;
+}
+
 TensorSplit tensor_split_of(const plx_param_spec& spec, int32_t rank, int32_t size, const std::string& what) {
   TensorSplit split;
   split.rank = rank;
   split.size = size;
   if (!PLX_HAS_FIELD(&spec, plx_param_spec, tp_part_sizes) || (spec.flags & PLX_PARAM_TENSOR_PARALLEL) == 0)
     return split;
+  split.group = split_group(spec, what);
   const std::vector<int64_t> shape(spec.desc.dims, spec.desc.dims + spec.desc.ndim);
   if (spec.tp_dim < 0 || static_cast<std::size_t>(spec.tp_dim) >= shape.size())
     throw std::runtime_error(what + " is split along dimension " + std::to_string(spec.tp_dim) +
@@ -55,7 +67,8 @@ TensorSplit tensor_split_of(const plx_param_spec& spec, int32_t rank, int32_t si
     const int64_t part = spec.tp_part_sizes[i];
     if (part <= 0 || part % size != 0)
       throw std::runtime_error(what + ": part " + std::to_string(i) + " of " + std::to_string(part) +
-                               " is not a positive multiple of the " + std::to_string(size) + " tp ranks");
+                               " is not a positive multiple of the " + std::to_string(size) + " " +
+                               split.group + " ranks");
     split.parts.push_back(part);
     sum += part;
   }
@@ -103,7 +116,7 @@ std::size_t ParameterStore::declare(const plx_param_spec& spec, const std::strin
                                " with shape " + shape_string(existing.shape) + " and by " + unit +
                                " with shape " + shape_string(shape) +
                                "; parameters that share a name must agree");
-    const TensorSplit split = tensor_split_of(spec, tp_rank_, tp_size_, unit + ": parameter " + name);
+    const TensorSplit split = split_of(spec, unit + ": parameter " + name);
     if (split.dim != existing.tp.dim || split.parts != existing.tp.parts)
       throw std::runtime_error("parameter " + name + " is declared by " + existing.declared_by + " and by " +
                                unit + " split over tp in different ways (dimension " +
@@ -131,13 +144,18 @@ std::size_t ParameterStore::declare(const plx_param_spec& spec, const std::strin
   param->grad_group = spec.grad_group != nullptr && *spec.grad_group != '\0' ? spec.grad_group : "dp";
   param->shape = shape;
   param->tp =
-      tensor_split_of(spec, tp_rank_, tp_size_,
-                      unit + ": tensor-parallel parameter " + name + " (shard " + shape_string(shape) + ")");
+      split_of(spec, unit + ": tensor-parallel parameter " + name + " (shard " + shape_string(shape) + ")");
   param->whole_shape = whole_shape(shape, param->tp);
   if (!deferred_ || buffer) param->value = Tensor(shape, spec.desc.dtype, device_);
   if (!buffer && !deferred_) param->grad = Tensor(shape, spec.desc.dtype, device_);
   params_.push_back(std::move(param));
   return params_.size() - 1;
+}
+
+TensorSplit ParameterStore::split_of(const plx_param_spec& spec, const std::string& what) const {
+  const bool expert = (spec.flags & PLX_PARAM_TENSOR_PARALLEL) != 0 && split_group(spec, what) == "expert_tp";
+  const auto [rank, size] = expert && expert_tp_ ? *expert_tp_ : std::pair{tp_rank_, tp_size_};
+  return tensor_split_of(spec, rank, size, what);
 }
 
 const Parameter* ParameterStore::find(const std::string& name) const {

@@ -70,15 +70,19 @@ double ShardedAdamW::step(int64_t step) {
 double ShardedAdamW::squared_norm() const {
   const auto& buffers = sharded_->buffers();
   std::vector<DataParallelInstance::Shard> shards;
-  // [0]: whole on every tp rank, [1]: tp shards (summed over tp too).
-  double partitioned[2] = {0, 0}, replicated[2] = {0, 0}, experts[2] = {0, 0};
+  // [0]: whole on every tp rank, [1]: tp shards (summed over tp too), [2]: shards over the expert
+  // grid's tp group (summed over it).
+  double partitioned[3] = {0, 0, 0}, replicated[3] = {0, 0, 0}, experts[3] = {0, 0, 0};
   for (std::size_t k = 0; k < buffers.size(); ++k) {
     const ShardedParameters::Buffer& b = buffers[k];
     shards.push_back(sharded_->strategy().shard(static_cast<uint32_t>(k)));
     if (b.layout.shard_numel == 0 || (!buffer_counted_.empty() && !buffer_counted_[k])) continue;
     const Tensor grads = elements(shards.back().grads, 0, b.layout.shard_numel);
     const double sum = device_ops::sum_of_squares({&grads});
-    const int tp = sum_over_tp_ && b.tensor_split ? 1 : 0;
+    const int tp = !b.tensor_split                                       ? 0
+                   : b.split_group == "expert_tp" && sum_over_expert_tp_ ? 2
+                   : sum_over_tp_                                        ? 1
+                                                                         : 0;
     if ((b.layout.flags & PLX_DP_OPTIM_SHARDED) != 0)
       partitioned[tp] += sum;
     else if (b.group == "dp")
@@ -90,6 +94,8 @@ double ShardedAdamW::squared_norm() const {
   double sum_sq = replicated[0] + sum_over_ep_(experts[0]) + sum_over_dp_(partitioned[0]);
   if (sum_over_tp_)
     sum_sq += sum_over_tp_(replicated[1] + sum_over_dp_(partitioned[1]) + sum_over_ep_(experts[1]));
+  if (sum_over_expert_tp_)
+    sum_sq += sum_over_expert_tp_(replicated[2] + sum_over_dp_(partitioned[2]) + sum_over_ep_(experts[2]));
   if (sum_over_stages_) sum_sq = sum_over_stages_(sum_sq);
   return sum_sq;
 }

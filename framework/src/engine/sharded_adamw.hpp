@@ -29,6 +29,10 @@ class ShardedAdamW {
   void set_tensor_parallel_sum(std::function<double(double)> sum_over_tp) {
     sum_over_tp_ = std::move(sum_over_tp);
   }
+  // And the buffers of experts split over the expert grid's tp group, when it is not tp's.
+  void set_expert_tensor_parallel_sum(std::function<double(double)> sum_over_expert_tp) {
+    sum_over_expert_tp_ = std::move(sum_over_expert_tp);
+  }
   // Clips and updates every shard; returns the norm before clipping. `step` is 0-based.
   double step(int64_t step);
   // step() in its two halves (AdamW::squared_norm, AdamW::update).
@@ -47,7 +51,7 @@ class ShardedAdamW {
   std::function<double(double)> sum_over_dp_, sum_over_ep_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
   std::function<double(double)> sum_over_stages_;
-  std::function<double(double)> sum_over_tp_;
+  std::function<double(double)> sum_over_tp_, sum_over_expert_tp_;
   std::vector<bool> buffer_counted_;  // by buffer; empty: all
   double last_lr_ = 0;
 };

@@ -45,21 +45,23 @@ ShardedParameters::ShardedParameters(ParameterStore& params, const std::vector<U
   // over tp): the gradient norm adds a buffer of tensor-parallel shards over tp, and the others
   // once; a buffer of sequence-parallel gradients is summed over tp whole.
   for (std::size_t f = 0; f < units.size(); ++f) {
-    std::map<std::tuple<std::string, bool, bool, bool>, uint32_t> buffer_of_key;
+    std::map<std::tuple<std::string, bool, bool, bool, std::string>, uint32_t> buffer_of_key;
     for (std::size_t p : units[f].params) {
       if (owner_fsdp_[p] != f) continue;
       const Parameter& param = params[p];
       const bool replicated = (param.flags & PLX_PARAM_REPLICATED) != 0;
       const auto key =
-          std::make_tuple(param.grad_group, replicated, param.tp.split(), param.partial_over_tp());
+          std::make_tuple(param.grad_group, replicated, param.tp.split(), param.partial_over_tp(),
+                          param.tp.split() ? param.tp.group : std::string());
       auto found = buffer_of_key.find(key);
       if (found == buffer_of_key.end()) {
         Buffer b;
         b.name = units[f].name;
         if (param.grad_group != "dp") b.name += " (" + param.grad_group + ")";
         if (replicated) b.name += " (replicated)";
-        if (param.tp.split()) b.name += " (tp shards)";
+        if (param.tp.split()) b.name += " (" + param.tp.group + " shards)";
         b.tensor_split = param.tp.split();
+        b.split_group = param.tp.group;
         b.partial_over_tp = param.partial_over_tp();
         if (b.partial_over_tp) b.name += " (tp partial)";
         b.group = param.grad_group;

@@ -86,6 +86,7 @@ class ShardedParameters {
     double grad_scale = 1.0;
     bool replicated = false;
     bool tensor_split = false;     // its parameters are tensor-parallel shards (Parameter::tp)
+    std::string split_group;       // the group they are split over (TensorSplit::group)
     bool partial_over_tp = false;  // their gradients are parts summed over tp (Parameter::partial_over_tp)
     plx_dp_layout layout{};
     std::vector<Segment> segments;  // the parameters' parts inside this rank's shard

@@ -147,9 +147,12 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   // this rank builds its chunks only.
   ModelOptions options;
   options.deferred_parameters = t.dp != nullptr;
-  if (runtime != nullptr)
+  if (runtime != nullptr) {
     if (const distributed::Communicator* tp = runtime->group("tp"); tp != nullptr && tp->size() > 1)
       options.tensor_group = tp;
+    if (const distributed::Communicator* etp = runtime->group("expert_tp"); etp != nullptr && etp->size() > 1)
+      options.expert_tensor_group = etp;
+  }
   options.context_parallel = t.cp != nullptr;
   if (t.pp != nullptr) {
     t.layout = pipeline_layout(plan_decoder(host, rc), PipelineSettings::from_run_config(rc), t.pp->size());
@@ -173,6 +176,10 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   ranks.runtime = runtime;
   if (const distributed::Communicator* tp = options.tensor_group; tp != nullptr)
     ranks.sum_over_tp = [tp](double local) { return tp->all_reduce(local, distributed::ReduceOp::sum); };
+  if (const distributed::Communicator* etp = options.expert_tensor_group; etp != nullptr)
+    ranks.sum_over_expert_tp = [etp](double local) {
+      return etp->all_reduce(local, distributed::ReduceOp::sum);
+    };
   if (t.pp != nullptr) {
     // Each stage holds part of the model: the norm adds them, a tied copy counts on its owner, and
     // the stages holding a tied parameter sum its gradient (the embedding group).
@@ -192,7 +199,7 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   t.update = t.dp != nullptr ? make_sharded_update(host, rc, *t.model, *runtime, optimizer, ranks)
                              : make_whole_update(*t.model, optimizer, ranks);
   t.collective_forward = static_cast<bool>(ranks.sum_over_ep) || t.pp != nullptr ||
-                         options.tensor_group != nullptr ||
+                         options.tensor_group != nullptr || options.expert_tensor_group != nullptr ||
                          (t.model->sharded() != nullptr && t.model->sharded()->values_sharded());
   t.model->initialize(t.seed);
   // The engine's loops and the CPU layers share one OpenMP team, driven from this thread.

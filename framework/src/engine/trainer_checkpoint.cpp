@@ -177,8 +177,8 @@ namespace {
 class SaveWalk {
  public:
   SaveWalk(ParameterUpdate& update, const ParameterStore& params, const distributed::Communicator* ep,
-           const distributed::Communicator* tp)
-      : update_(update), params_(params), ep_(ep), tp_(tp) {}
+           const Model& model)
+      : update_(update), params_(params), ep_(ep), model_(model) {}
   ~SaveWalk() {
     try {
       update_.end_save();
@@ -189,17 +189,18 @@ class SaveWalk {
   SaveWalk(const SaveWalk&) = delete;
   SaveWalk& operator=(const SaveWalk&) = delete;
 
-  // Whole: a tensor-parallel shard is gathered over tp (collective: every tp rank walks alike).
+  // Whole: a tensor-parallel shard is gathered over the group it is split over, tp or the
+  // experts' expert_tp (collective: every rank of it walks alike).
   const Tensor& value(std::size_t p) {
     const Tensor& local = update_.saved_value(p);
     if (!params_[p].tp.split()) return local;
-    whole_ = gather_whole(*tp_, params_[p].tp, local);
+    whole_ = gather_whole(*model_.split_group(params_[p].tp), params_[p].tp, local);
     return whole_;
   }
   Tensor moment(std::size_t p, int which) {
     Tensor local = update_.saved_moment(p, which);
     if (!params_[p].tp.split()) return local;
-    return gather_whole(*tp_, params_[p].tp, local);
+    return gather_whole(*model_.split_group(params_[p].tp), params_[p].tp, local);
   }
   const NamedTensor& expert_value(std::size_t p, std::size_t rank) {
     if (!cached(p, kValue)) gathered_ = gather_named(*ep_, params_[p].name, value(p));
@@ -226,7 +227,7 @@ class SaveWalk {
   ParameterUpdate& update_;
   const ParameterStore& params_;
   const distributed::Communicator* ep_;
-  const distributed::Communicator* tp_;
+  const Model& model_;
   Tensor whole_;  // value()'s gathered tensor
   std::vector<NamedTensor> gathered_;
   std::size_t gathered_param_ = static_cast<std::size_t>(-1);
@@ -255,7 +256,7 @@ std::filesystem::path Trainer::Impl::save_checkpoint(int64_t steps_done) {
   const distributed::Communicator* ep = runtime != nullptr ? runtime->group("ep") : nullptr;
   const bool experts_divided = ep != nullptr && ep->size() > 1;
   const std::vector<uint32_t> chunk_of = model->parameter_chunks();
-  SaveWalk walk(*update, params, ep, model->tensor_group());
+  SaveWalk walk(*update, params, ep, *model);
   ChunkedEntries model_entries, optimizer_entries;
   // One tensor of parameter p: its stored form, and the fill that produces its bytes.
   const auto add = [&](ChunkedEntries& entries, std::size_t p, const checkpoint::TensorNames& names,

@@ -132,7 +132,7 @@ MoeConfig read_config(const plx_layer_create_args& args) {
                                          " requested)");
   // Tensor parallelism: the layer runs on each rank's block of the tokens (sequence
   // parallelism, which Megatron requires for MoE at tp > 1), the router replicated; the experts
-  // whole on every tp rank (expert_tp 1) or split over expert_tp = tp (expert_tensor_parallel.hpp).
+  // whole on every tp rank (expert_tp 1) or split over expert_tp (expert_tensor_parallel.hpp).
   const plexus::sdk::Host host = plexus::sdk::Host::current();
   const plexus::sdk::Group tp = plexus::sdk::Group::find(host, "tp");
   const plexus::sdk::Group expert_tp = plexus::sdk::Group::find(host, "expert_tp");
@@ -144,15 +144,6 @@ MoeConfig read_config(const plx_layer_create_args& args) {
     throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) +
                                          " on CUDA under context parallelism (a cp group of " +
                                          std::to_string(cp.size()) + " ranks) is not built; set cp to 1");
-  // Expert tensor parallelism over a group of its own size (Megatron allows expert_tp != tp)
-  // would need the engine to gather, reshard and norm those shards over expert_tp; at expert_tp =
-  // tp the two groups are the same ranks.
-  if (expert_tp.size() > 1 && expert_tp.size() != tp.size())
-    throw Error(PLX_ERR_UNSUPPORTED,
-                std::string(kComponent) + ": expert tensor parallelism over an expert_tp group of " +
-                    std::to_string(expert_tp.size()) + " ranks beside a tp group of " +
-                    std::to_string(tp.size()) +
-                    " is not built; set distributed.topology.options.expert_tp to 1 or to tp (the default)");
   if (tp.size() > 1 && !host.config_bool_if(args.model_config, "sequence_parallel").value_or(false))
     throw Error(PLX_ERR_UNSUPPORTED, at + "MoE layers under tensor parallelism need sequence parallelism, as "
                                           "Megatron-LM requires (set model.sequence_parallel to true)");
@@ -226,9 +217,10 @@ class MoeLayer final : public plexus::sdk::Layer {
           0);
       add(prefix + "linear_fc2.weight", {c.hidden, expert_shape().ffn}, PLX_INIT_NORMAL, c.output_init_std,
           0);
-      // Declared split whenever the experts would be cut over tp (also at tp 1, where the split
-      // is of one rank: plexus model show --tp counts a rank's share from it).
-      if (expert_tp_.size() == sequence_.size()) split_expert(specs_.size() - 2, specs_.size() - 1);
+      // Declared split over expert_tp whenever it has more than one rank, and where it is tp's
+      // size (also at tp 1, a split of one rank: plexus model show --tp counts a rank's share).
+      if (expert_tp_.size() > 1 || expert_tp_.size() == sequence_.size())
+        split_expert(specs_.size() - 2, specs_.size() - 1);
       if (c.grouped_gemm) {
         // Megatron's TE spec with moe_grouped_gemm (always, in its hybrid stack): TEGroupedMLP,
         // one GroupedLinear per projection holding expert i as weight<i>.
@@ -240,9 +232,12 @@ class MoeLayer final : public plexus::sdk::Layer {
       if (ep_.parallel() || expert_tp_.size() > 1) {
         // They hold every token of the ep group (under sequence parallelism every tp rank's
         // block that routes to them; under expert tensor parallelism every expert_tp rank's rows,
-        // gathered): no part to sum over tp.
+        // gathered): no part to sum over tp. Their copies on the other expert_dp ranks hold other
+        // tokens wherever the expert grid does not follow the tp grid (ep > 1, or an expert_tp of
+        // another size than tp): their gradients are summed over expert_dp.
+        const bool other_tokens = ep_.parallel() || expert_tp_.size() != sequence_.size();
         for (plx_param_spec* expert : {&specs_[specs_.size() - 2], &specs_.back()}) {
-          if (ep_.parallel()) expert->grad_group = kExpertGradGroup;
+          if (other_tokens) expert->grad_group = kExpertGradGroup;
           expert->flags &= ~uint32_t{PLX_PARAM_SEQUENCE_PARALLEL};
         }
       }
@@ -422,9 +417,9 @@ class MoeLayer final : public plexus::sdk::Layer {
   }
 
  private:
-  // Marks an expert's fc1 and fc2 as this rank's shards over expert_tp (= tp: the host cuts,
-  // gathers and norms them over tp): fc1 on its rows, SwiGLU's as the two parts [gate_r; up_r],
-  // fc2 on its columns (Megatron's column- and row-parallel expert linears).
+  // Marks an expert's fc1 and fc2 as this rank's shards over expert_tp (plx_param_spec.tp_group:
+  // the host cuts, gathers and norms them over it): fc1 on its rows, SwiGLU's as the two parts
+  // [gate_r; up_r], fc2 on its columns (Megatron's column- and row-parallel expert linears).
   void split_expert(std::size_t fc1, std::size_t fc2) {
     if (config_.swiglu && fc1_parts_.empty()) fc1_parts_ = {config_.ffn, config_.ffn};
     specs_[fc1].flags |= PLX_PARAM_TENSOR_PARALLEL;
@@ -433,6 +428,7 @@ class MoeLayer final : public plexus::sdk::Layer {
     specs_[fc1].tp_part_sizes = fc1_parts_.empty() ? nullptr : fc1_parts_.data();
     specs_[fc2].flags |= PLX_PARAM_TENSOR_PARALLEL;
     specs_[fc2].tp_dim = 1;
+    specs_[fc1].tp_group = specs_[fc2].tp_group = "expert_tp";
   }
 
   // Under sequence parallelism every trained parameter sees this rank's tokens only: its gradient

@@ -104,6 +104,13 @@ typedef struct plx_param_spec {
   int32_t tp_dim;
   uint32_t tp_num_parts;
   const int64_t* tp_part_sizes;
+
+  /* ---- ABI 1.10 ---- */
+  /* The group a PLX_PARAM_TENSOR_PARALLEL parameter is split over: NULL or "tp" (the default, as
+   * before 1.10), or "expert_tp", the expert grid's tensor-parallel group (Megatron's
+   * expert_tensor_parallel_size): an MoE layer's experts. The host cuts, gathers, reshards and
+   * norms the shards over that group; any other name is refused. */
+  const char* tp_group;
 } plx_param_spec;
 
 /* Layer flags (plx_layer_info.flags). */
@@ -281,7 +288,8 @@ PLX_PIN_OFFSET(plx_param_spec, grad_group, 112);
 PLX_PIN_OFFSET(plx_param_spec, te_name, 120); /* ABI 1.6 */
 PLX_PIN_OFFSET(plx_param_spec, tp_dim, 128);  /* ABI 1.8 */
 PLX_PIN_OFFSET(plx_param_spec, tp_part_sizes, 136);
-PLX_PIN_SIZE(plx_param_spec, 144);
+PLX_PIN_OFFSET(plx_param_spec, tp_group, 144); /* ABI 1.10 */
+PLX_PIN_SIZE(plx_param_spec, 152);
 PLX_PIN_SIZE(plx_layer_info, 24);
 PLX_PIN_OFFSET(plx_layer_create_args, device, 16);
 PLX_PIN_OFFSET(plx_layer_create_args, residual_layers, 40); /* ABI 1.6 */

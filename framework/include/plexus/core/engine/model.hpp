@@ -127,6 +127,9 @@ struct ModelOptions {
   uint32_t model_chunks = 1;
   // Tensor parallelism: the "tp" group its layers split their parameters over (nullptr: none).
   const distributed::Communicator* tensor_group = nullptr;
+  // The expert grid's tensor-parallel group, when it has more than one rank and is not tensor_group:
+  // the experts declared split over "expert_tp" (plx_param_spec.tp_group) are cut over it.
+  const distributed::Communicator* expert_tensor_group = nullptr;
   // Without a group: the tp size whose vocabulary padding the model takes (plexus model show --tp
   // shows a model laid out for tp ranks from one process).
   int64_t padding_tp = 1;
@@ -165,6 +168,13 @@ class Model {
   const DecoderPlan& plan() const noexcept { return plan_; }
   // The tensor-parallel group (ModelOptions::tensor_group), or nullptr when the layers are whole.
   const distributed::Communicator* tensor_group() const noexcept { return tensor_group_; }
+  // The group a parameter's shards are split over (TensorSplit::group): the tp group, or the
+  // expert_tp one; nullptr for a whole parameter.
+  const distributed::Communicator* split_group(const TensorSplit& split) const noexcept {
+    if (!split.split()) return nullptr;
+    return split.group == "expert_tp" && expert_tensor_group_ != nullptr ? expert_tensor_group_
+                                                                         : tensor_group_;
+  }
   // Sequence parallelism is on (model.sequence_parallel with a tp group): the stream between units
   // holds this rank's 1/tp of each microbatch's tokens.
   bool sequence_parallel() const noexcept { return sequence_parallel_; }
@@ -357,6 +367,7 @@ class Model {
   std::unique_ptr<ParameterResidency> residency_;
   std::unique_ptr<PipelineLink> link_;  // pipelined: the transfers between stages
   const distributed::Communicator* tensor_group_ = nullptr;
+  const distributed::Communicator* expert_tensor_group_ = nullptr;  // ModelOptions::expert_tensor_group
   bool context_parallel_ = false;  // ModelOptions::context_parallel
   bool sequence_parallel_ = false;
   bool produces_loss_ = true;  // the head's PLX_LAYER_PRODUCES_LOSS (an encoder's head has none)

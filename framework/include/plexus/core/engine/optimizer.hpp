@@ -56,6 +56,11 @@ class AdamW {
   void set_tensor_parallel_sum(std::function<double(double)> sum_over_tp) {
     tp_sum_ = std::move(sum_over_tp);
   }
+  // The same for the experts split over the expert grid's tp group (TensorSplit::group
+  // "expert_tp") when it is not tp's. Unset: they are summed over tp.
+  void set_expert_tensor_parallel_sum(std::function<double(double)> sum_over_expert_tp) {
+    etp_sum_ = std::move(sum_over_expert_tp);
+  }
   // Pipeline parallelism: each stage holds part of the model, so the global norm adds every
   // stage's parameters. `ordered_sum` takes this stage's squared norm of each parameter (by
   // parameter; 0 for those not counted) and returns the sum over every stage in the whole model's
@@ -83,7 +88,7 @@ class AdamW {
   std::function<double(double)> divided_sum_;
   std::function<double(const std::vector<double>&)> ordered_sum_;
   std::function<double(double)> stage_sum_;
-  std::function<double(double)> tp_sum_;
+  std::function<double(double)> tp_sum_, etp_sum_;
   std::vector<bool> counted_;
 };
 

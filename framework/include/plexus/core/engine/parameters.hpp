@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "plexus/core/engine/tensor.hpp"
@@ -20,15 +22,18 @@ namespace plexus {
 struct TensorSplit {
   int32_t dim = -1;            // -1: whole, the same on every tp rank
   std::vector<int64_t> parts;  // whole sizes along dim, summing to the whole dimension
-  int32_t rank = 0, size = 1;  // this rank in the tp group
+  int32_t rank = 0, size = 1;  // this rank in the group it is split over
+  // That group (plx_param_spec.tp_group, ABI 1.10): "tp", or "expert_tp" for an MoE layer's experts.
+  std::string group = "tp";
   bool split() const noexcept { return dim >= 0 && size > 1; }
   // Declared as a tensor-parallel shard (split over tp when tp > 1).
   bool tensor_parallel() const noexcept { return dim >= 0; }
 };
 
-// How a layer's spec says its parameter is cut (ABI 1.8), on rank `rank` of a tp group of `size`;
-// whole (dim -1) without PLX_PARAM_TENSOR_PARALLEL. Throws naming `what` for a split the shard's
-// shape and the group's size cannot make.
+// How a layer's spec says its parameter is cut (ABI 1.8), on rank `rank` of the group it names
+// (plx_param_spec.tp_group: "tp" or "expert_tp") of `size` ranks; whole (dim -1) without
+// PLX_PARAM_TENSOR_PARALLEL. Throws naming `what` for a split the shard's shape and the group's
+// size cannot make, or a group that is neither.
 TensorSplit tensor_split_of(const plx_param_spec& spec, int32_t rank, int32_t size, const std::string& what);
 // The whole tensor's shape from a shard's.
 std::vector<int64_t> whole_shape(const std::vector<int64_t>& shard_shape, const TensorSplit& split);
@@ -96,6 +101,9 @@ class ParameterStore {
     tp_size_ = size;
   }
   int32_t tensor_parallel_size() const noexcept { return tp_size_; }
+  // This rank's place in the expert grid's tensor-parallel group ("expert_tp"), for the experts
+  // declared from now on; unset, the tp group's.
+  void set_expert_tensor_parallel(int32_t rank, int32_t size) noexcept { expert_tp_ = {rank, size}; }
   std::size_t size() const noexcept { return params_.size(); }
   Parameter& operator[](std::size_t i) { return *params_[i]; }
   const Parameter& operator[](std::size_t i) const { return *params_[i]; }
@@ -108,6 +116,9 @@ class ParameterStore {
   DLDevice device_{kDLCPU, 0};
   bool deferred_ = false;
   int32_t tp_rank_ = 0, tp_size_ = 1;
+  std::optional<std::pair<int32_t, int32_t>> expert_tp_;  // rank, size
+  // A spec's split, on this rank of the group it names.
+  TensorSplit split_of(const plx_param_spec& spec, const std::string& what) const;
 };
 
 // Fills a parameter from its init spec with the counter-based RNG keyed by (seed, name), so a
