@@ -150,6 +150,12 @@ MoeConfig read_config(const plx_layer_create_args& args) {
   if (tp.size() > 1 && device.device_type == kDLCUDA)
     throw Error(PLX_ERR_UNSUPPORTED, at + "tensor parallelism runs on the CPU only; the CUDA layer is whole "
                                           "(set distributed.topology.options.tp to 1)");
+  if (expert_tp.size() > 1 && device.device_type == kDLCUDA)
+    throw Error(PLX_ERR_UNSUPPORTED, std::string(kComponent) +
+                                         ": expert tensor parallelism (an expert_tp group of " +
+                                         std::to_string(expert_tp.size()) +
+                                         " ranks) runs on the CPU only; the CUDA experts are whole "
+                                         "(set distributed.topology.options.expert_tp to 1)");
   MoeConfig c = MoeConfig::read(plexus::sdk::Host::current(), args.config, args.model_config,
                                 plx_layer_residual_layers(&args));
   if (expert_tp.size() > 1 && c.ffn % expert_tp.size() != 0)
