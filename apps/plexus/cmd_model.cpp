@@ -38,7 +38,8 @@ width) when a job starts. Every unit also shows the activations one training mic
 estimates them (with the connection's and the engine's tensors kept for the backward), and the
 totals their sum: with --cp N for a rank holding 1/N of each sequence under context
 parallelism (attention keeping one log-sum-exp per query row instead of the probabilities,
-Mamba-2 1/N of the heads over the whole sequence). Nothing is trained and nothing is written.
+Mamba-2 1/N of the heads over the whole sequence); the layers are built whole here, so the
+activations are tp 1's even with --tp. Nothing is trained and nothing is written.
   plexus model show --set 'model.pattern=M*M-' --set model.num_layers=4
   plexus model show --pp 2 --set distributed.pipeline.virtual_stages=2
   plexus model show --tp 4 --set model.num_attention_heads=8
@@ -239,6 +240,8 @@ int model_command(const std::vector<std::string>& args) {
               << " tokens";
     if (context_size > 1)
       std::cout << ", cp " << context_size << ": " << micro_batch << " x " << seq / context_size << " a rank";
+    // The layers here are built whole: what a tp rank keeps is not theirs to tell.
+    if (tensor_size > 1) std::cout << ", the layers whole as at tp 1";
     std::cout << "): " << (activations.total ? bytes_text(*activations.total) : std::string("unknown"))
               << ", the streams' " << bytes_text(activations.streams)
               << " included; held from its forward to its backward (the schedule decides how many at once)\n";
