@@ -2,8 +2,10 @@
 // own reader (tests/reference/tensorboard_read.py in the venv of scripts/python-env.sh): every
 // step's loss, learning rate, gradient norm, tokens/s and MFU, the validation losses and the text
 // samples, equal to metrics.jsonl's values (to float32, the type of TensorBoard's scalars); and a
-// directory that cannot be made is refused naming the key. Without the venv the module reports
-// itself skipped. (The framing's CRC-32C: tests/unit/test_tensorboard_writer.cpp.)
+// directory that cannot be made is refused naming the key; a MIMO run's language-model loss,
+// validation loss and accuracy likewise. Without the venv the module reports itself skipped (and
+// the MIMO case without scikit-learn's digits). (The framing's CRC-32C:
+// tests/unit/test_tensorboard_writer.cpp.)
 #define BOOST_TEST_MODULE tensorboard
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>
@@ -14,6 +16,7 @@
 #include <fstream>
 #include <string>
 
+#include "digits_data.hpp"
 #include "run_process.hpp"
 #include "skip_module.hpp"
 #include "train_corpus.hpp"
@@ -122,4 +125,46 @@ BOOST_AUTO_TEST_CASE(an_unusable_directory_is_refused_naming_the_key) {
                    "--set train.steps=1 --set train.tensorboard_dir=" + quote((file / "tb").string())));
   BOOST_TEST(run.status != 0);
   BOOST_TEST(run.output.find("train.tensorboard_dir") != std::string::npos, run.output);
+}
+
+// A MIMO run (configs/mimo_digits.json) writes the same: the language model's loss every step, its
+// validation loss and the held-out accuracy at every evaluation.
+BOOST_AUTO_TEST_CASE(a_mimo_run_writes_its_numbers) {
+  if (!plexus::test::digits_csv()) {
+    BOOST_TEST_MESSAGE("skipped: needs scikit-learn's digits.csv.gz (scripts/fetch-digits.sh build/data)");
+    return;
+  }
+  const plexus::test::TempDir dir;
+  const fs::path prefix = plexus::test::digits_dataset(dir.path());
+  const fs::path out = dir.path() / "run", logs = dir.path() / "tb";
+  const auto run = run_process(plexus::test::mimo_train_command(
+      prefix, out,
+      "--set train.steps=6 --set train.eval_interval=3 --set train.tensorboard_dir=" + quote(logs.string())));
+  BOOST_TEST_REQUIRE(run.status == 0, run.output);
+  const auto read =
+      run_process(quote(venv_python().string()) + " " +
+                  quote(std::string(PLEXUS_SOURCE_DIR) + "/tests/reference/tensorboard_read.py") + " " +
+                  quote(logs.string()));
+  BOOST_TEST_REQUIRE(read.status == 0, read.output);
+  const boost::json::object scalars = boost::json::parse(read.output).as_object().at("scalars").as_object();
+  const auto check = [&](const char* tag, const std::vector<boost::json::object>& expected) {
+    BOOST_TEST_CONTEXT(tag) {
+      BOOST_TEST_REQUIRE(scalars.contains(tag));
+      const boost::json::array& points = scalars.at(tag).as_array();
+      BOOST_TEST_REQUIRE(points.size() == expected.size());
+      for (std::size_t i = 0; i < expected.size(); ++i) {
+        BOOST_TEST(points[i].as_array()[0].to_number<int64_t>() ==
+                   expected[i].at("step").to_number<int64_t>());
+        BOOST_TEST(same(points[i].as_array()[1].to_number<double>(),
+                        as_float(expected[i].at(tag).to_number<double>())));
+      }
+    }
+  };
+  const auto steps = records(out / "metrics.jsonl", "step");
+  BOOST_TEST_REQUIRE(steps.size() == 6u);
+  check("loss", steps);
+  const auto evals = records(out / "metrics.jsonl", "eval");
+  BOOST_TEST_REQUIRE(evals.size() == 2u);
+  check("val_loss", evals);
+  check("val_accuracy", evals);
 }

@@ -50,6 +50,7 @@ void MimoTrainer::Impl::read_settings() {
   keep_last = rc.at("checkpoint").at("keep_last").to_number<int64_t>();
   seed = static_cast<uint64_t>(rc.at("run").at("seed").to_number<int64_t>());
   output_dir = std::string(rc.at("run").at("output_dir").as_string());
+  tensorboard_dir = std::string(rc.at("train").at("tensorboard_dir").as_string());
   writer = runtime == nullptr || runtime->rank() == 0;
   zero_modalities = rc.at("mimo").at("zero_modalities").as_bool();
 }

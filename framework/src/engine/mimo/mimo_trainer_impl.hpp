@@ -18,6 +18,7 @@
 #include "engine/mimo/mimo_modules.hpp"
 #include "engine/parameter_update.hpp"
 #include "engine/progress.hpp"
+#include "engine/tensorboard_writer.hpp"
 #include "plexus/core/distributed/runtime.hpp"
 #include "plexus/core/engine/mimo_trainer.hpp"
 #include "plexus/core/engine/model.hpp"
@@ -43,6 +44,8 @@ struct MimoTrainer::Impl {
   bool writer = true;  // world rank 0: metrics, progress, checkpoints
   std::filesystem::path output_dir;
   std::ofstream metrics;
+  std::filesystem::path tensorboard_dir;           // train.tensorboard_dir; empty: none
+  std::unique_ptr<TensorBoardWriter> tensorboard;  // world rank 0's, the steps' and evaluations' numbers
 
   MimoModule& language() { return modules.back(); }
   Model* language_model() { return models.back().get(); }
