@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/metrics_log.hpp"
 #include "engine/parameter_update.hpp"
 #include "engine/pipeline_stages.hpp"
 #include "engine/plugin_metrics.hpp"
 #include "engine/progress.hpp"
-#include "engine/tensorboard_writer.hpp"
 #include "engine/thread_governor.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
 #include "plexus/core/checkpoint/tensor_names.hpp"
@@ -83,9 +83,8 @@ struct Trainer::Impl {
   std::optional<double> flops_per_token;  // the model's, when every layer can tell
   double tokens_per_step = 0;             // over every data-parallel rank
 
-  std::ofstream metrics;
-  std::unique_ptr<TensorBoardWriter> tensorboard;  // train.tensorboard_dir; nullptr when off
-  std::filesystem::path tensorboard_dir;
+  MetricsLog metrics;                             // world rank 0's metrics.jsonl and TensorBoard
+  std::filesystem::path tensorboard_dir;          // train.tensorboard_dir; empty: none
   double peak_tflops = 0;                         // train.peak_tflops: one device's; 0: no MFU
   std::unique_ptr<PluginMetrics> plugin_metrics;  // the plugins' report_metric values, per step
   std::vector<Batch> batches;

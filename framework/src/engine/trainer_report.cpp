@@ -44,29 +44,11 @@ std::string replace_newlines(const std::string& text, const std::string& with) {
 }  // namespace
 
 void Trainer::Impl::open_metrics() {
-  if (!writer) return;
-  std::filesystem::create_directories(output_dir);
-  metrics.open(output_dir / "metrics.jsonl", std::ios::app);
-  if (!metrics)
-    throw std::runtime_error("cannot write metrics to " + (output_dir / "metrics.jsonl").string());
-  if (!tensorboard_dir.empty()) tensorboard = std::make_unique<TensorBoardWriter>(tensorboard_dir);
+  if (writer) metrics.open(output_dir, tensorboard_dir);
 }
 
 void Trainer::Impl::write_metrics(const boost::json::object& record, const TrainerEvents& events) {
-  if (!writer) return;
-  metrics << json_text(record) << '\n';
-  metrics.flush();  // a crashed run keeps every record written so far
-  // A full disk or the file-size limit (SIGXFSZ is ignored, so the write fails instead of
-  // killing the run) ends the run with a message rather than a metrics file missing its tail.
-  if (!metrics)
-    throw std::runtime_error((output_dir / "metrics.jsonl").string() + ": cannot write a \"" +
-                             std::string(record.at("event").as_string()) +
-                             "\" record (disk full, or the file-size limit of ulimit -f)");
-  if (tensorboard) {  // the steps' and evaluations' numbers; the others describe the run
-    const std::string_view event = record.at("event").as_string();
-    if (event == "step" || event == "eval") tensorboard->write_record(record);
-  }
-  if (events.on_metrics) events.on_metrics(record);
+  if (writer) metrics.write(record, events);
 }
 
 void Trainer::Impl::report_start(const TrainerEvents& events) {
@@ -177,7 +159,8 @@ void Trainer::Impl::report_eval(int64_t steps_done, detail::Progress& progress, 
       sampled = "(no sample: " + std::string(e.what()) + ")";
     }
     text += "\n--- sample ---\n" + sampled + "\n--------------";
-    if (tensorboard) tensorboard->text("sample", steps_done, "    " + replace_newlines(sampled, "\n    "));
+    if (TensorBoardWriter* board = metrics.tensorboard())
+      board->text("sample", steps_done, "    " + replace_newlines(sampled, "\n    "));
   }
   progress.line(text);
 }

@@ -49,24 +49,11 @@ std::vector<std::vector<float>> logits_at(const Tensor& head_logits, int64_t at,
 }  // namespace
 
 void MimoTrainer::Impl::open_metrics() {
-  if (!writer) return;
-  std::filesystem::create_directories(output_dir);
-  metrics.open(output_dir / "metrics.jsonl", std::ios::app);
-  if (!metrics)
-    throw std::runtime_error("cannot write metrics to " + (output_dir / "metrics.jsonl").string());
-  if (!tensorboard_dir.empty()) tensorboard = std::make_unique<TensorBoardWriter>(tensorboard_dir);
+  if (writer) metrics.open(output_dir, tensorboard_dir);
 }
 
 void MimoTrainer::Impl::write_metrics(const boost::json::object& record, const TrainerEvents& events) {
-  if (!writer) return;
-  metrics << json_text(record) << '\n';
-  metrics.flush();
-  if (!metrics) throw std::runtime_error((output_dir / "metrics.jsonl").string() + ": cannot write a record");
-  if (tensorboard) {  // the steps' and evaluations' numbers (the language model's loss, accuracy)
-    const std::string_view event = record.at("event").as_string();
-    if (event == "step" || event == "eval") tensorboard->write_record(record);
-  }
-  if (events.on_metrics) events.on_metrics(record);
+  if (writer) metrics.write(record, events);
 }
 
 void MimoTrainer::Impl::report_start(const TrainerEvents& events) {

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "engine/metrics_log.hpp"
 #include "engine/mimo/mimo_bridge.hpp"
 #include "engine/mimo/mimo_data.hpp"
 #include "engine/mimo/mimo_modules.hpp"
 #include "engine/parameter_update.hpp"
 #include "engine/progress.hpp"
-#include "engine/tensorboard_writer.hpp"
 #include "plexus/core/distributed/runtime.hpp"
 #include "plexus/core/engine/mimo_trainer.hpp"
 #include "plexus/core/engine/model.hpp"
@@ -43,9 +43,8 @@ struct MimoTrainer::Impl {
   bool zero_modalities = false;
   bool writer = true;  // world rank 0: metrics, progress, checkpoints
   std::filesystem::path output_dir;
-  std::ofstream metrics;
-  std::filesystem::path tensorboard_dir;           // train.tensorboard_dir; empty: none
-  std::unique_ptr<TensorBoardWriter> tensorboard;  // world rank 0's, the steps' and evaluations' numbers
+  MetricsLog metrics;                     // world rank 0's metrics.jsonl and TensorBoard
+  std::filesystem::path tensorboard_dir;  // train.tensorboard_dir; empty: none
 
   MimoModule& language() { return modules.back(); }
   Model* language_model() { return models.back().get(); }
