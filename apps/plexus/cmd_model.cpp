@@ -86,6 +86,132 @@ std::string padded(const std::string& text, std::size_t width) {
   return text.size() >= width ? text + " " : text + std::string(width - text.size(), ' ');
 }
 
+// What `plexus model show` reports of a built model, at the sizes asked for.
+struct Shown {
+  const Model& model;
+  int64_t tensor_size = 1;
+  uint32_t pipeline_size = 1, context_size = 1;
+  int64_t micro_batch = 1;
+  std::vector<Model::UnitSummary> rows = {};
+  Model::ActivationEstimate activations = {};
+  int64_t total_parameters = 0, rank_parameters = 0;
+  int64_t rank_bytes = 0;  // float32 values, gradients and AdamW's two moments, without ZeRO
+  std::optional<double> total_flops = {};
+  PipelineLayout layout = {};
+
+  // Where a unit goes at --pp: a decoder layer by its placement, the embedding with chunk 0, the
+  // final norm, head and MTP depths with the last.
+  PipelineLayout::Stage stage_of(const Model::UnitSummary& row) const {
+    if (row.mtp_depth == 0 && row.logical >= 0) return layout.stage_of(static_cast<uint32_t>(row.logical));
+    const plexus::ChunkSpec& chunk = row.kind == "embedding" ? layout.chunks.front() : layout.chunks.back();
+    return PipelineLayout::Stage{chunk.index % pipeline_size, chunk.index / pipeline_size};
+  }
+};
+
+Shown shown(const Model& model, const boost::json::value& run_config, int64_t tensor_size,
+            uint32_t pipeline_size, uint32_t context_size) {
+  Shown s{model, tensor_size, pipeline_size, context_size};
+  s.micro_batch = run_config.at("train").at("micro_batch_size").to_number<int64_t>();
+  s.rows = model.summary();
+  s.activations = model.activation_estimate(s.micro_batch, context_size);
+  for (std::size_t i = 0; i < model.parameters().size(); ++i) {
+    const Parameter& p = model.parameters()[i];
+    s.total_parameters += p.whole_numel();
+    s.rank_parameters += p.tp.tensor_parallel() ? p.whole_numel() / tensor_size : p.whole_numel();
+  }
+  s.rank_bytes = 16 * s.rank_parameters;
+  s.total_flops = model.flops_per_token();
+  s.layout = pipeline_layout(model.plan(), PipelineSettings::from_run_config(run_config), pipeline_size);
+  return s;
+}
+
+boost::json::value optional_json(const std::optional<double>& value) {
+  return value ? boost::json::value(*value) : boost::json::value(nullptr);
+}
+
+void print_json(const Shown& s) {
+  boost::json::array units;
+  for (std::size_t i = 0; i < s.rows.size(); ++i) {
+    const Model::UnitSummary& row = s.rows[i];
+    boost::json::object u{{"label", row.label},        {"kind", row.kind},
+                          {"symbol", row.symbol},      {"component", row.component},
+                          {"logical", row.logical},    {"physical", row.physical},
+                          {"segment", row.segment},    {"parameters", row.parameters},
+                          {"mtp_depth", row.mtp_depth}};
+    if (s.tensor_size > 1) u["parameters_per_tp_rank"] = per_rank(row, s.tensor_size);
+    u["flops_per_token"] = optional_json(row.flops_per_token);
+    u["activation_bytes"] = optional_json(s.activations.units[i]);
+    u["pipeline_stage"] = s.stage_of(row).rank;
+    u["virtual_stage"] = s.stage_of(row).virtual_stage;
+    units.push_back(std::move(u));
+  }
+  const boost::json::object out{{"decoder", s.model.plan().summary},
+                                {"units", std::move(units)},
+                                {"parameters", s.total_parameters},
+                                {"pipeline_size", s.pipeline_size},
+                                {"tensor_parallel_size", s.tensor_size},
+                                {"padded_vocab_size", s.model.settings().padded_vocab_size},
+                                {"parameters_per_tp_rank", s.rank_parameters},
+                                {"bytes_per_tp_rank", s.rank_bytes},
+                                {"virtual_stages", s.layout.virtual_stages},
+                                {"flops_per_token", optional_json(s.total_flops)},
+                                {"context_parallel_size", s.context_size},
+                                {"micro_batch_size", s.micro_batch},
+                                {"stream_activation_bytes", s.activations.streams},
+                                {"activation_bytes_per_microbatch", optional_json(s.activations.total)}};
+  std::cout << json_text(out) << "\n";
+}
+
+void print_table(const Shown& s) {
+  const Model& model = s.model;
+  std::cout << "model: " << model.plan().summary << ", hidden " << model.settings().hidden_size
+            << ", sequence " << model.settings().seq_length << "\n";
+  std::cout << padded("logical", 9) << padded("physical", 10) << padded("symbol", 8) << padded("unit", 52)
+            << padded("parameters", 12) << (s.tensor_size > 1 ? padded("per tp rank", 13) : "")
+            << padded("FLOPs/token", 13) << padded("activations", 13) << padded("segment", 9)
+            << (s.pipeline_size > 1 ? "stage  vstage" : "") << "\n";
+  for (std::size_t i = 0; i < s.rows.size(); ++i) {
+    const Model::UnitSummary& row = s.rows[i];
+    // An MTP depth's layers are numbered within it: "mtp 1" says whose they are.
+    const std::string logical =
+        row.mtp_depth > 0 ? "mtp " + std::to_string(row.mtp_depth) : number_or_dash(row.logical);
+    std::cout << padded(logical, 9) << padded(number_or_dash(row.physical), 10)
+              << padded(row.symbol.empty() ? "-" : row.symbol, 8) << padded(row.label, 52)
+              << padded(count_text(static_cast<double>(row.parameters)), 12)
+              << (s.tensor_size > 1
+                      ? padded(count_text(static_cast<double>(per_rank(row, s.tensor_size))), 13)
+                      : "")
+              << padded(row.flops_per_token ? count_text(*row.flops_per_token) : "?", 13)
+              << padded(s.activations.units[i] ? bytes_text(*s.activations.units[i]) : "?", 13)
+              << padded(row.mtp_depth > 0 ? "-" : number_or_dash(row.segment), 9);
+    if (s.pipeline_size > 1)
+      std::cout << padded(std::to_string(s.stage_of(row).rank), 7) << s.stage_of(row).virtual_stage;
+    std::cout << "\n";
+  }
+  std::cout << "total: " << count_text(static_cast<double>(s.total_parameters)) << " parameters ("
+            << s.total_parameters << "), "
+            << (s.total_flops ? count_text(*s.total_flops) : std::string("unknown"))
+            << " training FLOPs per token"
+            << " (the tied embedding and head share one matrix, counted once in the total)\n";
+  if (s.tensor_size > 1)
+    std::cout << "per tp rank of " << s.tensor_size << ": "
+              << count_text(static_cast<double>(s.rank_parameters)) << " parameters (" << s.rank_parameters
+              << "), " << count_text(static_cast<double>(s.rank_bytes))
+              << "B of float32 parameters, gradients and AdamW moments; vocabulary padded to "
+              << model.settings().padded_vocab_size << "\n";
+  const int64_t seq = model.settings().seq_length;
+  std::cout << "activations of one training microbatch on a rank (" << s.micro_batch << " x " << seq
+            << " tokens";
+  if (s.context_size > 1)
+    std::cout << ", cp " << s.context_size << ": " << s.micro_batch << " x " << seq / s.context_size
+              << " a rank";
+  // The layers here are built whole: what a tp rank keeps is not theirs to tell.
+  if (s.tensor_size > 1) std::cout << ", the layers whole as at tp 1";
+  std::cout << "): " << (s.activations.total ? bytes_text(*s.activations.total) : std::string("unknown"))
+            << ", the streams' " << bytes_text(s.activations.streams)
+            << " included; held from its forward to its backward (the schedule decides how many at once)\n";
+}
+
 }  // namespace
 
 int model_command(const std::vector<std::string>& args) {
@@ -141,110 +267,11 @@ int model_command(const std::vector<std::string>& args) {
     ModelOptions model_options;
     model_options.padding_tp = tensor_size;
     const Model model(host, run_config, model_options);
-    const std::vector<Model::UnitSummary> rows = model.summary();
-    const int64_t micro_batch = run_config.at("train").at("micro_batch_size").to_number<int64_t>();
-    const Model::ActivationEstimate activations = model.activation_estimate(micro_batch, context_size);
-    const auto activation_text = [&](std::size_t unit) {
-      return activations.units[unit] ? bytes_text(*activations.units[unit]) : std::string("?");
-    };
-    int64_t total_parameters = 0, rank_parameters = 0;
-    for (std::size_t i = 0; i < model.parameters().size(); ++i) {
-      const Parameter& p = model.parameters()[i];
-      total_parameters += p.whole_numel();
-      rank_parameters += p.tp.tensor_parallel() ? p.whole_numel() / tensor_size : p.whole_numel();
-    }
-    // float32 values, gradients and AdamW's two moments, without ZeRO.
-    const int64_t rank_bytes = 16 * rank_parameters;
-    const std::optional<double> total_flops = model.flops_per_token();
-    // Where each unit goes at --pp: the embedding with chunk 0, the final norm, head and MTP depths
-    // with the last.
-    const PipelineLayout layout =
-        pipeline_layout(model.plan(), PipelineSettings::from_run_config(run_config), pipeline_size);
-    const auto stage_of = [&](const Model::UnitSummary& row) {
-      if (row.mtp_depth == 0 && row.logical >= 0) return layout.stage_of(static_cast<uint32_t>(row.logical));
-      const plexus::ChunkSpec& chunk = row.kind == "embedding" ? layout.chunks.front() : layout.chunks.back();
-      return PipelineLayout::Stage{chunk.index % pipeline_size, chunk.index / pipeline_size};
-    };
-
-    if (json) {
-      boost::json::array units;
-      for (std::size_t i = 0; i < rows.size(); ++i) {
-        const Model::UnitSummary& row = rows[i];
-        boost::json::object u{{"label", row.label},        {"kind", row.kind},
-                              {"symbol", row.symbol},      {"component", row.component},
-                              {"logical", row.logical},    {"physical", row.physical},
-                              {"segment", row.segment},    {"parameters", row.parameters},
-                              {"mtp_depth", row.mtp_depth}};
-        if (tensor_size > 1) u["parameters_per_tp_rank"] = per_rank(row, tensor_size);
-        u["flops_per_token"] = row.flops_per_token ? boost::json::value(*row.flops_per_token) : nullptr;
-        u["activation_bytes"] =
-            activations.units[i] ? boost::json::value(*activations.units[i]) : boost::json::value(nullptr);
-        u["pipeline_stage"] = stage_of(row).rank;
-        u["virtual_stage"] = stage_of(row).virtual_stage;
-        units.push_back(std::move(u));
-      }
-      boost::json::object out{{"decoder", model.plan().summary},
-                              {"units", std::move(units)},
-                              {"parameters", total_parameters},
-                              {"pipeline_size", pipeline_size},
-                              {"tensor_parallel_size", tensor_size},
-                              {"padded_vocab_size", model.settings().padded_vocab_size},
-                              {"parameters_per_tp_rank", rank_parameters},
-                              {"bytes_per_tp_rank", rank_bytes},
-                              {"virtual_stages", layout.virtual_stages},
-                              {"flops_per_token", total_flops ? boost::json::value(*total_flops) : nullptr},
-                              {"context_parallel_size", context_size},
-                              {"micro_batch_size", micro_batch},
-                              {"stream_activation_bytes", activations.streams},
-                              {"activation_bytes_per_microbatch",
-                               activations.total ? boost::json::value(*activations.total) : nullptr}};
-      std::cout << json_text(out) << "\n";
-      return 0;
-    }
-    std::cout << "model: " << model.plan().summary << ", hidden " << model.settings().hidden_size
-              << ", sequence " << model.settings().seq_length << "\n";
-    std::cout << padded("logical", 9) << padded("physical", 10) << padded("symbol", 8) << padded("unit", 52)
-              << padded("parameters", 12) << (tensor_size > 1 ? padded("per tp rank", 13) : "")
-              << padded("FLOPs/token", 13) << padded("activations", 13) << padded("segment", 9)
-              << (pipeline_size > 1 ? "stage  vstage" : "") << "\n";
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const Model::UnitSummary& row = rows[i];
-      // An MTP depth's layers are numbered within it: "mtp 1" says whose they are.
-      const std::string logical =
-          row.mtp_depth > 0 ? "mtp " + std::to_string(row.mtp_depth) : number_or_dash(row.logical);
-      std::cout << padded(logical, 9) << padded(number_or_dash(row.physical), 10)
-                << padded(row.symbol.empty() ? "-" : row.symbol, 8) << padded(row.label, 52)
-                << padded(count_text(static_cast<double>(row.parameters)), 12)
-                << (tensor_size > 1 ? padded(count_text(static_cast<double>(per_rank(row, tensor_size))), 13)
-                                    : "")
-                << padded(row.flops_per_token ? count_text(*row.flops_per_token) : "?", 13)
-                << padded(activation_text(i), 13)
-                << padded(row.mtp_depth > 0 ? "-" : number_or_dash(row.segment), 9);
-      if (pipeline_size > 1)
-        std::cout << padded(std::to_string(stage_of(row).rank), 7) << stage_of(row).virtual_stage;
-      std::cout << "\n";
-    }
-    std::cout << "total: " << count_text(static_cast<double>(total_parameters)) << " parameters ("
-              << total_parameters << "), "
-              << (total_flops ? count_text(*total_flops) : std::string("unknown"))
-              << " training FLOPs per token"
-              << " (the tied embedding and head share one matrix, counted once in the total)\n";
-    if (tensor_size > 1)
-      std::cout << "per tp rank of " << tensor_size << ": "
-                << count_text(static_cast<double>(rank_parameters)) << " parameters (" << rank_parameters
-                << "), " << count_text(static_cast<double>(rank_bytes))
-                << "B of float32 parameters, gradients and AdamW moments; vocabulary padded to "
-                << model.settings().padded_vocab_size << "\n";
-    const int64_t seq = model.settings().seq_length;
-    std::cout << "activations of one training microbatch on a rank (" << micro_batch << " x " << seq
-              << " tokens";
-    if (context_size > 1)
-      std::cout << ", cp " << context_size << ": " << micro_batch << " x " << seq / context_size << " a rank";
-    // The layers here are built whole: what a tp rank keeps is not theirs to tell.
-    if (tensor_size > 1) std::cout << ", the layers whole as at tp 1";
-    std::cout << "): " << (activations.total ? bytes_text(*activations.total) : std::string("unknown"))
-              << ", the streams' " << bytes_text(activations.streams)
-              << " included; held from its forward to its backward (the schedule decides how many at once)\n";
+    const Shown s = shown(model, run_config, tensor_size, pipeline_size, context_size);
+    if (json)
+      print_json(s);
+    else
+      print_table(s);
     return 0;
   });
 }
