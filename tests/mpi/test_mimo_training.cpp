@@ -2,7 +2,8 @@
 // the language model of configs/mimo_digits.json on ranks of their own (non-colocated: one to
 // one, fan-in from 2 encoder lanes to 1 language lane, fan-out from 1 to 2), on the same ranks
 // (colocated, 2 lanes each, and fan-out from an encoder over 2 tensor-parallel ranks), and with
-// the language model over 2 tensor-parallel ranks, give the
+// the language model over 2 tensor-parallel ranks, pipelined (the language model over 2 stages,
+// both modules over 2 stages, Megatron's 8-rank hetero layout with tp 2 x pp 2), give the
 // one-process run's losses and weights over 20 steps within 1e-6 and its Adam moments within 2e-6
 // (float32 sums in another order; a mis-scaled or misrouted gradient differs by percents); a run
 // stopped colocated resumes non-colocated; layouts the trainer cannot run are refused by name.
@@ -36,6 +37,14 @@ constexpr double kMomentTolerance = 2e-6;
 const std::string kTwenty =
     "--set train.steps=20 --set train.eval_interval=0 --set optimizer.adam_eps=1 --set optimizer.lr=0.2 ";
 
+const std::string kEightByFour = "--set train.micro_batch_size=8 --set train.microbatches=4";
+
+// A mimo topology of `modules`, each {"name": ..., ...} in JSON.
+std::string topology(const std::string& modules) {
+  return "--set " + quote("distributed.topology={\"component\": \"mimo\", \"options\": {\"modules\": [" +
+                          modules + "]}}");
+}
+
 struct Runs {
   TempDir dir;
   fs::path prefix = digits_dataset(dir.path());
@@ -43,10 +52,14 @@ struct Runs {
   // 20 rows, as two tensor-parallel ranks pad it (make_vocab_size_divisible_by 2 x tp 2).
   fs::path ref32 = dir.path() / "ref32", ref64 = dir.path() / "ref64",
            ref32_padded = dir.path() / "ref32_padded";
+  // 4 microbatches of 8 samples, which a pipeline keeps in flight together; and so padded.
+  fs::path ref8x4 = dir.path() / "ref8x4", ref8x4_padded = dir.path() / "ref8x4_padded";
   Runs() {
     train(ref32, 1, "--set train.micro_batch_size=32");
     train(ref64, 1, "--set train.micro_batch_size=64");
     train(ref32_padded, 1, "--set train.micro_batch_size=32 --set model.make_vocab_size_divisible_by=4");
+    train(ref8x4, 1, kEightByFour);
+    train(ref8x4_padded, 1, kEightByFour + " --set model.make_vocab_size_divisible_by=4");
   }
   void train(const fs::path& out, int ranks, const std::string& extra) const {
     const std::string command = mimo_train_command(prefix, out, kTwenty + extra);
@@ -150,6 +163,55 @@ BOOST_AUTO_TEST_CASE(resumes_on_another_layout) {
   expect_same(runs().ref64, out);
 }
 
+// Pipeline parallelism inside a module, non-colocated, 4 microbatches in flight (Megatron's
+// multi-module 1F1B): the encoder's last stage sends over the bridge, the language model's first
+// stage splices and its last computes the loss; the language model's tied embedding lives on its
+// first and last stages, which sum its gradient (the embedding group).
+// images on rank 0, the language model's 2 stages on ranks 1 and 2 (one decoder layer each).
+BOOST_AUTO_TEST_CASE(language_model_pipeline) {
+  const fs::path out = runs().dir.path() / "pp_language";
+  runs().train(out, 3,
+               kEightByFour + " " +
+                   topology("{\"name\": \"images\", \"num_ranks\": 1}, {\"name\": \"language\", "
+                            "\"num_ranks\": 2, \"pp\": 2, \"rank_offset\": 1}"));
+  expect_same(runs().ref8x4, out);
+}
+
+// Both modules of 2 stages: images on ranks 0 (patch embedding, a layer) and 1 (a layer, the
+// projection), the language model on ranks 2 and 3.
+BOOST_AUTO_TEST_CASE(both_modules_pipelined) {
+  const fs::path out = runs().dir.path() / "pp_both";
+  runs().train(out, 4,
+               kEightByFour + " " +
+                   topology("{\"name\": \"images\", \"num_ranks\": 2, \"pp\": 2}, {\"name\": "
+                            "\"language\", \"num_ranks\": 2, \"pp\": 2, \"rank_offset\": 2}"));
+  expect_same(runs().ref8x4, out);
+}
+
+// Megatron's hetero topology test layout, trained: images on ranks 0-3 (tp 2, dp 2), the language
+// model on ranks 4-7 (tp 2, pp 2): the 2 encoder lanes' last tp ranks (1, 3) send to the language
+// model's leader (rank 4: tp 0, first stage), which broadcasts over tp; the loss is on ranks 6, 7.
+BOOST_AUTO_TEST_CASE(megatron_hetero_layout) {
+  const fs::path out = runs().dir.path() / "pp_hetero";
+  runs().train(out, 8,
+               kEightByFour + " --set model.make_vocab_size_divisible_by=2 " +
+                   topology("{\"name\": \"images\", \"num_ranks\": 4, \"tp\": 2}, {\"name\": "
+                            "\"language\", \"num_ranks\": 4, \"tp\": 2, \"pp\": 2, \"rank_offset\": 4}"));
+  expect_same(runs().ref8x4_padded, out);
+}
+
+// Stopped at step 10 with both modules pipelined (each stage's tensors sent to the writer, a tied
+// copy once), resumed in one process.
+BOOST_AUTO_TEST_CASE(pipelined_checkpoint_resumes_in_one_process) {
+  const fs::path out = runs().dir.path() / "pp_resume";
+  runs().train(out, 4,
+               kEightByFour + " --set train.exit_interval=10 " +
+                   topology("{\"name\": \"images\", \"num_ranks\": 2, \"pp\": 2}, {\"name\": "
+                            "\"language\", \"num_ranks\": 2, \"pp\": 2, \"rank_offset\": 2}"));
+  runs().train(out, 1, kEightByFour + " --resume latest");
+  expect_same(runs().ref8x4, out);
+}
+
 BOOST_AUTO_TEST_CASE(layouts_it_cannot_run_are_refused_by_name) {
   const fs::path out = runs().dir.path() / "refused";
   const std::string grid = runs().refused(out, 2, "");
@@ -169,9 +231,17 @@ BOOST_AUTO_TEST_CASE(layouts_it_cannot_run_are_refused_by_name) {
       "--set " +
           quote("distributed.topology={\"component\": \"mimo\", \"options\": {\"modules\": [{\"name\": "
                 "\"images\", \"num_ranks\": 2}, {\"name\": \"language\", \"num_ranks\": 2, \"cp\": 2}]}}"));
-  BOOST_TEST(cp.find("module language has cp 2: MIMO modules are trained with data and tensor parallelism") !=
-                 std::string::npos,
+  BOOST_TEST(cp.find("module language has cp 2: MIMO modules are trained with data, tensor and pipeline "
+                     "parallelism") != std::string::npos,
              cp);
+  const std::string colocated = runs().refused(
+      out, 2,
+      topology("{\"name\": \"images\", \"num_ranks\": 2}, {\"name\": \"language\", \"num_ranks\": 2, "
+               "\"pp\": 2}"));
+  BOOST_TEST(
+      colocated.find("module language has pp 2, but it shares its ranks with another module "
+                     "(colocated): colocated modules run one pipeline stage each") != std::string::npos,
+      colocated);
 
   const std::string uneven =
       runs().refused(out, 3, "--set train.micro_batch_size=1 " + mimo_topology(2, 0, 1, 2));

@@ -116,6 +116,7 @@ Model::Model(const PluginHost& host, const boost::json::value& run_config, Model
   name_prefix_ = options.name_prefix;
   head_name_prefix_ = options.head_name_prefix;
   splice_tokens_ = options.splice_tokens;
+  produces_loss_ = !options.output_head;
   if (options.expert_tensor_group != nullptr && options.expert_tensor_group->size() > 1) {
     expert_tensor_group_ = options.expert_tensor_group;
     params_.set_expert_tensor_parallel(static_cast<int32_t>(expert_tensor_group_->rank()),
@@ -265,8 +266,10 @@ void Model::build_unit(const UnitSource& source) {
   // A head without a loss makes the model an encoder (a MIMO modality's): its output is the
   // model's output, and it reads the final norm's output only.
   const bool output_head = unit->role == UnitRole::head && (info.flags & PLX_LAYER_PRODUCES_LOSS) == 0;
+  // The head, where it is built, says which the model is (ModelOptions::output_head tells the
+  // stages without it).
+  if (unit->role == UnitRole::head) produces_loss_ = !output_head;
   if (output_head) {
-    produces_loss_ = false;
     if (plan_.mtp_depths > 0)
       throw std::runtime_error(unit->label +
                                ": a head without a loss (an encoder's output) cannot be "

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/model_internal.hpp"
+#include "engine/pipeline_link.hpp"
 
 namespace plexus {
 namespace {
@@ -144,6 +145,58 @@ double Model::finish_microbatches() {
   }
   mtp_losses_ = std::move(mtp);
   return losses == 0 ? 0.0 : loss / static_cast<double>(losses);
+}
+
+// ---- The transfers between pipeline stages, one microbatch of one chunk at a time ----
+
+PipelineLink& Model::link_for(const char* call) {
+  if (!link_)
+    throw std::runtime_error(std::string(call) +
+                             ": this model is not a pipeline stage (pp = 1): there is nothing to transfer");
+  return *link_;
+}
+
+// The stream between chunks of a microbatch of that run's shape.
+std::vector<int64_t> Model::stream_shape_of(const Run& run) const {
+  return connection_->stream_shape(run.batch_shape[0], stream_seq(run.batch_shape[1]));
+}
+
+void Model::send_chunk_output(uint32_t chunk, uint32_t microbatch) {
+  PipelineLink& link = link_for("send_forward");
+  const auto microbatches = static_cast<uint32_t>(runs_.at(chunk).size());
+  link.send(PipelineLink::Direction::forward, run_of(chunk, microbatch).chunk->index, microbatch,
+            microbatches, take_chunk_output(chunk, microbatch));
+}
+
+void Model::receive_chunk_input(uint32_t chunk, uint32_t microbatch) {
+  PipelineLink& link = link_for("recv_forward");
+  const Run& run = run_of(chunk, microbatch);
+  link.receive(PipelineLink::Direction::forward, run.chunk->index, microbatch,
+               static_cast<uint32_t>(runs_[chunk].size()), stream_shape_of(run), settings_.activation_dtype,
+               device_);
+}
+
+void Model::send_chunk_input_grad(uint32_t chunk, uint32_t microbatch) {
+  PipelineLink& link = link_for("send_backward");
+  const auto microbatches = static_cast<uint32_t>(runs_.at(chunk).size());
+  link.send(PipelineLink::Direction::backward, run_of(chunk, microbatch).chunk->index, microbatch,
+            microbatches, take_chunk_input_grad(chunk, microbatch));
+}
+
+void Model::receive_chunk_output_grad(uint32_t chunk, uint32_t microbatch) {
+  PipelineLink& link = link_for("recv_backward");
+  const Run& run = run_of(chunk, microbatch);
+  link.receive(PipelineLink::Direction::backward, run.chunk->index, microbatch,
+               static_cast<uint32_t>(runs_[chunk].size()), stream_shape_of(run), settings_.activation_dtype,
+               device_);
+}
+
+void Model::finish_transfers() {
+  if (link_) link_->finish();
+}
+
+void Model::abandon_transfers() noexcept {
+  if (link_) link_->abandon();
 }
 
 }  // namespace plexus

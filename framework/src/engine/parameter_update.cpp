@@ -361,4 +361,14 @@ std::unique_ptr<ParameterUpdate> make_sharded_update(const PluginHost& host,
   return std::make_unique<ShardedUpdate>(host, run_config, model, runtime, settings, ranks);
 }
 
+void add_pipeline_stages(UpdateRanks& ranks, const distributed::Communicator& pp,
+                         const PipelineStages& stages) {
+  ranks.sum_over_stages = [&pp](double local) { return pp.all_reduce(local, distributed::ReduceOp::sum); };
+  ranks.ordered_stage_sum = [&pp, &stages](const std::vector<double>& squares) {
+    return stages.ordered_sum(pp, squares);
+  };
+  ranks.counted = stages.owned;
+  ranks.alone = stages.shared;
+}
+
 }  // namespace plexus

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/pipeline_stages.hpp"
 #include "plexus/core/distributed/runtime.hpp"
 #include "plexus/core/engine/model.hpp"
 #include "plexus/core/engine/optimizer.hpp"
@@ -91,6 +92,12 @@ struct UpdateRanks {
   // (plx_param_spec.grad_group: experts over expert_dp) when no data-parallel strategy runs.
   const distributed::Runtime* runtime = nullptr;
 };
+
+// Pipeline parallelism: the store is one stage's part of the model (`stages`, gathered over `pp`;
+// both must outlive the update): the norm sums the stages, in the whole model's order, and a tied
+// copy counts on its owner stage only.
+void add_pipeline_stages(UpdateRanks& ranks, const distributed::Communicator& pp,
+                         const PipelineStages& stages);
 
 // AdamW over the whole store.
 std::unique_ptr<ParameterUpdate> make_whole_update(Model& model, const OptimizerSettings& settings,

@@ -150,48 +150,30 @@ struct ScheduleEnvBridge {
       *count = static_cast<uint32_t>(m.chunks_[chunk].logical.size());
     });
   }
-  static PipelineLink& link_of(Model& m, const char* call) {
-    if (!m.link_)
-      throw std::runtime_error(
-          std::string("scheduler called ") + call +
-          ", but this model is not a pipeline stage (pp = 1): there is nothing to transfer");
-    return *m.link_;
-  }
-  static uint32_t microbatches(const Model& m) {
-    return static_cast<uint32_t>(m.runs_.empty() ? 0 : m.runs_[0].size());
-  }
-  static std::vector<int64_t> stream_shape(const Model::Run& run, const Model& m) {
-    return m.connection_->stream_shape(run.batch_shape[0], m.stream_seq(run.batch_shape[1]));
-  }
+  // The transfers are the model's (Model::send_chunk_output, ...): the scheduler names a chunk
+  // of this rank, the model its place in the pipeline.
   static plx_status send_forward(void* ctx, uint32_t mb, uint32_t chunk) noexcept {
     return call(ctx, [&](Model& m) {
-      PipelineLink& link = link_of(m, "send_forward");
-      const uint32_t index = chunk_at(m, chunk).index;
-      link.send(PipelineLink::Direction::forward, index, mb, microbatches(m), m.take_chunk_output(chunk, mb));
+      (void)chunk_at(m, chunk);
+      m.send_chunk_output(chunk, mb);
     });
   }
   static plx_status recv_forward(void* ctx, uint32_t mb, uint32_t chunk) noexcept {
     return call(ctx, [&](Model& m) {
-      PipelineLink& link = link_of(m, "recv_forward");
-      const Model::Run& run = run_of(m, chunk, mb);
-      link.receive(PipelineLink::Direction::forward, chunk_at(m, chunk).index, mb, microbatches(m),
-                   stream_shape(run, m), m.settings_.activation_dtype, m.device_);
+      (void)chunk_at(m, chunk);
+      m.receive_chunk_input(chunk, mb);
     });
   }
   static plx_status send_backward(void* ctx, uint32_t mb, uint32_t chunk) noexcept {
     return call(ctx, [&](Model& m) {
-      PipelineLink& link = link_of(m, "send_backward");
-      const uint32_t index = chunk_at(m, chunk).index;
-      link.send(PipelineLink::Direction::backward, index, mb, microbatches(m),
-                m.take_chunk_input_grad(chunk, mb));
+      (void)chunk_at(m, chunk);
+      m.send_chunk_input_grad(chunk, mb);
     });
   }
   static plx_status recv_backward(void* ctx, uint32_t mb, uint32_t chunk) noexcept {
     return call(ctx, [&](Model& m) {
-      PipelineLink& link = link_of(m, "recv_backward");
-      const Model::Run& run = run_of(m, chunk, mb);
-      link.receive(PipelineLink::Direction::backward, chunk_at(m, chunk).index, mb, microbatches(m),
-                   stream_shape(run, m), m.settings_.activation_dtype, m.device_);
+      (void)chunk_at(m, chunk);
+      m.receive_chunk_output_grad(chunk, mb);
     });
   }
 };

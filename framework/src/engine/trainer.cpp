@@ -184,12 +184,7 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
     // Each stage holds part of the model: the norm adds them, a tied copy counts on its owner, and
     // the stages holding a tied parameter sum its gradient (the embedding group).
     t.stages = gather_pipeline_stages(*t.pp, t.model->parameters(), t.model->parameter_chunks());
-    ranks.sum_over_stages = [&t](double local) { return t.over_pipeline(local); };
-    ranks.ordered_stage_sum = [&t](const std::vector<double>& squares) {
-      return t.stages.ordered_sum(*t.pp, squares);
-    };
-    ranks.counted = t.stages.owned;
-    ranks.alone = t.stages.shared;
+    add_pipeline_stages(ranks, *t.pp, t.stages);
     t.tied_group = t.pp->split(t.stages.holds_shared() ? 0 : -1, t.pp->rank(), "embedding");
     // Collective: whether world rank 0, which writes checkpoints, is in this pp group.
     const bool writer_in_group = t.over_pipeline(runtime->rank() == 0 ? 1.0 : 0.0) > 0;

@@ -53,61 +53,77 @@ MimoBridge::MimoBridge(const MimoModule& encoder, const MimoModule& language,
     }
 }
 
-Tensor MimoBridge::forward(const Tensor& output, const std::vector<int64_t>& encoder_samples,
-                           const std::vector<int64_t>& language_samples) {
-  const int64_t row = tokens_ * hidden_;
-  if (encoder_->here && output.shape() != std::vector<int64_t>{encoder_rows_, tokens_, hidden_})
+void MimoBridge::start_send(Tensor tensor, int32_t to, int32_t tag) {
+  Sent sent{std::move(tensor), {}};
+  sent.request = runtime_->world().start_send(sent.tensor.view(), to, tag);
+  sent_.push_back(std::move(sent));
+}
+
+void MimoBridge::send_outputs(uint32_t k, Tensor output, const std::vector<int64_t>& encoder_samples) {
+  if (output.shape() != std::vector<int64_t>{encoder_rows_, tokens_, hidden_})
     throw std::runtime_error(encoder_->name + ": its output is " + shape_string(output.shape()) +
-                             "; the bridge to " + "the language model expects [" +
-                             std::to_string(encoder_rows_) + ", " + std::to_string(tokens_) + ", " +
-                             std::to_string(hidden_) +
+                             "; the bridge to the language model expects [" + std::to_string(encoder_rows_) +
+                             ", " + std::to_string(tokens_) + ", " + std::to_string(hidden_) +
                              "] (samples, special tokens per sample, the language model's hidden size)");
-  Tensor received;
-  std::vector<int64_t> seen(static_cast<std::size_t>(language_rows_), -1);
-  if (language_->here) received = Tensor({language_rows_ * tokens_, hidden_}, plx_dtype_f32());
-  std::vector<distributed::Request> requests;
-  std::vector<std::vector<int64_t>> id_buffers(pieces_.size());
-  for (std::size_t p = 0; p < pieces_.size(); ++p) {  // receives first: a rank may send to itself
-    const Piece& piece = pieces_[p];
-    const int32_t from = encoder_->lane_rank[static_cast<std::size_t>(piece.from)];
-    if (!language_->here || !language_->leader || piece.to != language_->dp_rank || from == me_) continue;
-    const int64_t at = piece.first - piece.to * language_rows_;
-    id_buffers[p].assign(static_cast<std::size_t>(piece.end - piece.first), -1);
-    const Tensor ids = Tensor::borrowed(id_buffers[p].data(), {piece.end - piece.first}, plx_dtype_i64(),
-                                        DLDevice{kDLCPU, 0});
-    requests.push_back(runtime_->world().start_recv(ids.view(), from, tag_));
-    requests.push_back(runtime_->world().start_recv(
-        rows_of(received, at, at + piece.end - piece.first, row).view(), from, tag_));
-  }
-  std::vector<Tensor> sent_ids;
-  for (std::size_t p = 0; p < pieces_.size(); ++p) {
-    const Piece& piece = pieces_[p];
-    if (!encoder_->here || !encoder_->leader || piece.from != encoder_->dp_rank) continue;
+  if (!encoder_->leader) return;  // the lane's leader sends; its tp ranks hold the same rows
+  const int64_t row = tokens_ * hidden_;
+  bool local = false;
+  for (const Piece& piece : pieces_) {
+    if (piece.from != encoder_->dp_rank) continue;
     const int32_t to = language_->lane_rank[static_cast<std::size_t>(piece.to)];
-    const int64_t at = piece.first - piece.from * encoder_rows_, count = piece.end - piece.first;
-    if (to == me_) {  // both lanes are here
-      const int64_t into = piece.first - piece.to * language_rows_;
-      device::copy(received.data<float>() + into * row, received.device(), output.data<float>() + at * row,
-                   output.device(), static_cast<std::size_t>(count * row) * sizeof(float));
-      for (int64_t r = 0; r < count; ++r)
-        seen[static_cast<std::size_t>(into + r)] = encoder_samples[static_cast<std::size_t>(at + r)];
+    if (to == me_) {  // the language lane on this rank takes them from local_outputs_
+      local = true;
       continue;
     }
-    sent_ids.emplace_back(std::vector<int64_t>{count}, plx_dtype_i64());
-    std::copy_n(encoder_samples.begin() + at, count, sent_ids.back().data<int64_t>());
-    requests.push_back(runtime_->world().start_send(sent_ids.back().view(), to, tag_));
-    requests.push_back(runtime_->world().start_send(rows_of(output, at, at + count, row).view(), to, tag_));
+    const int64_t at = piece.first - piece.from * encoder_rows_, count = piece.end - piece.first;
+    Tensor ids({count}, plx_dtype_i64());
+    std::copy_n(encoder_samples.begin() + at, count, ids.data<int64_t>());
+    start_send(std::move(ids), to, tag_);
+    Tensor rows({count * row}, plx_dtype_f32());
+    rows.copy_from(rows_of(output, at, at + count, row));
+    start_send(std::move(rows), to, tag_);
   }
-  for (distributed::Request& r : requests) r.wait();
-  if (!language_->here) return received;
+  if (local) local_outputs_[k] = Local{std::move(output), encoder_samples};
+}
+
+Tensor MimoBridge::receive_outputs(uint32_t k, const std::vector<int64_t>& language_samples) {
+  const int64_t row = tokens_ * hidden_;
+  Tensor received({language_rows_ * tokens_, hidden_}, plx_dtype_f32());
   if (!language_->leader) {  // the lane's leader received them: they come over tp
     language_->tp->broadcast(received.view(), 0);
     return received;
   }
+  std::vector<int64_t> seen(static_cast<std::size_t>(language_rows_), -1);
+  std::vector<distributed::Request> requests;
+  std::vector<std::vector<int64_t>> id_buffers(pieces_.size());
+  for (std::size_t p = 0; p < pieces_.size(); ++p) {
+    const Piece& piece = pieces_[p];
+    if (piece.to != language_->dp_rank) continue;
+    const int32_t from = encoder_->lane_rank[static_cast<std::size_t>(piece.from)];
+    const int64_t into = piece.first - piece.to * language_rows_, count = piece.end - piece.first;
+    if (from == me_) {  // both lanes are here: the encoder's half left its rows
+      const auto local = local_outputs_.find(k);
+      if (local == local_outputs_.end())
+        throw std::runtime_error("mimo: the language model waits for " + encoder_->name +
+                                 "'s rows of microbatch " + std::to_string(k) +
+                                 ", which its encoder lane on this rank has not sent");
+      const int64_t at = piece.first - piece.from * encoder_rows_;
+      device::copy(received.data<float>() + into * row, received.device(),
+                   local->second.rows.data<float>() + at * row, local->second.rows.device(),
+                   static_cast<std::size_t>(count * row) * sizeof(float));
+      std::copy_n(local->second.samples.begin() + at, count, seen.begin() + into);
+      continue;
+    }
+    id_buffers[p].assign(static_cast<std::size_t>(count), -1);
+    const Tensor ids = Tensor::borrowed(id_buffers[p].data(), {count}, plx_dtype_i64(), DLDevice{kDLCPU, 0});
+    requests.push_back(runtime_->world().start_recv(ids.view(), from, tag_));
+    requests.push_back(
+        runtime_->world().start_recv(rows_of(received, into, into + count, row).view(), from, tag_));
+  }
+  for (distributed::Request& r : requests) r.wait();
   for (std::size_t p = 0; p < pieces_.size(); ++p)
-    for (std::size_t r = 0; r < id_buffers[p].size(); ++r)
-      seen[static_cast<std::size_t>(pieces_[p].first - pieces_[p].to * language_rows_) + r] =
-          id_buffers[p][r];
+    std::copy(id_buffers[p].begin(), id_buffers[p].end(),
+              seen.begin() + (pieces_[p].first - pieces_[p].to * language_rows_));
   if (seen != language_samples)
     throw std::runtime_error(
         "mimo: " + encoder_->name + "'s outputs are of samples [" + samples_text(seen) +
@@ -118,41 +134,71 @@ Tensor MimoBridge::forward(const Tensor& output, const std::vector<int64_t>& enc
   return received;
 }
 
-Tensor MimoBridge::backward(const Tensor& grad) {
+void MimoBridge::send_grads(uint32_t k, const Tensor& grad) {
+  if (!language_->leader) return;  // the lane's leader sends; its tp ranks hold the same gradient
   const int64_t row = tokens_ * hidden_;
-  Tensor received;
-  if (encoder_->here) received = Tensor({encoder_rows_, tokens_, hidden_}, plx_dtype_f32());
-  std::vector<distributed::Request> requests;
+  bool local = false;
   for (const Piece& piece : pieces_) {
-    const int32_t to = language_->lane_rank[static_cast<std::size_t>(piece.to)];
-    if (!encoder_->here || !encoder_->leader || piece.from != encoder_->dp_rank || to == me_) continue;
-    const int64_t at = piece.first - piece.from * encoder_rows_;
-    requests.push_back(runtime_->world().start_recv(
-        rows_of(received, at, at + piece.end - piece.first, row).view(), to, tag_ + 1));
-  }
-  for (const Piece& piece : pieces_) {  // the lane's leader sends; its tp ranks hold the same gradient
-    if (!language_->here || !language_->leader || piece.to != language_->dp_rank) continue;
+    if (piece.to != language_->dp_rank) continue;
     const int32_t from = encoder_->lane_rank[static_cast<std::size_t>(piece.from)];
-    const int64_t at = piece.first - piece.to * language_rows_, count = piece.end - piece.first;
-    if (from == me_) {
-      const int64_t into = piece.first - piece.from * encoder_rows_;
-      device::copy(received.data<float>() + into * row, received.device(), grad.data<float>() + at * row,
-                   grad.device(), static_cast<std::size_t>(count * row) * sizeof(float));
+    if (from == me_) {  // the encoder lane on this rank takes it from local_grads_
+      local = true;
       continue;
     }
-    requests.push_back(
-        runtime_->world().start_send(rows_of(grad, at, at + count, row).view(), from, tag_ + 1));
+    const int64_t at = piece.first - piece.to * language_rows_, count = piece.end - piece.first;
+    Tensor rows({count * row}, plx_dtype_f32());
+    rows.copy_from(rows_of(grad, at, at + count, row));
+    start_send(std::move(rows), from, tag_ + 1);
   }
-  for (distributed::Request& r : requests) r.wait();
+  if (local) local_grads_[k] = Local{grad.to(DLDevice{kDLCPU, 0}), {}};
+}
+
+Tensor MimoBridge::receive_grads(uint32_t k) {
+  const int64_t row = tokens_ * hidden_;
+  Tensor received({encoder_rows_, tokens_, hidden_}, plx_dtype_f32());
+  if (encoder_->leader) {
+    std::vector<distributed::Request> requests;
+    for (const Piece& piece : pieces_) {
+      if (piece.from != encoder_->dp_rank) continue;
+      const int32_t to = language_->lane_rank[static_cast<std::size_t>(piece.to)];
+      const int64_t at = piece.first - piece.from * encoder_rows_, count = piece.end - piece.first;
+      if (to == me_) {  // both lanes are here: the language model's half left the gradient
+        const auto local = local_grads_.find(k);
+        if (local == local_grads_.end())
+          throw std::runtime_error("mimo: " + encoder_->name + " waits for the gradient of microbatch " +
+                                   std::to_string(k) + ", which the language lane on this rank has not sent");
+        const int64_t from = piece.first - piece.to * language_rows_;
+        device::copy(received.data<float>() + at * row, received.device(),
+                     local->second.rows.data<float>() + from * row, local->second.rows.device(),
+                     static_cast<std::size_t>(count * row) * sizeof(float));
+        continue;
+      }
+      requests.push_back(
+          runtime_->world().start_recv(rows_of(received, at, at + count, row).view(), to, tag_ + 1));
+    }
+    for (distributed::Request& r : requests) r.wait();
+  }
   // The lane's leader received them: its other tp ranks get them over tp.
-  if (encoder_->here && encoder_->tp != nullptr)
-    encoder_->tp->broadcast(received.view(), encoder_->tp->size() - 1);
-  if (encoder_->here && encoder_->dp_size != language_->dp_size) {
+  if (encoder_->tp != nullptr) encoder_->tp->broadcast(received.view(), encoder_->tp->size() - 1);
+  if (encoder_->dp_size != language_->dp_size) {
     const float scale = static_cast<float>(encoder_->dp_size) / static_cast<float>(language_->dp_size);
     float* g = received.data<float>();
     for (int64_t i = 0; i < received.numel(); ++i) g[i] *= scale;
   }
   return received;
+}
+
+void MimoBridge::finish() {
+  for (Sent& s : sent_) s.request.wait();
+  sent_.clear();
+  local_outputs_.clear();
+  local_grads_.clear();
+}
+
+void MimoBridge::abandon() noexcept {
+  sent_.clear();  // each request's destructor completes it
+  local_outputs_.clear();
+  local_grads_.clear();
 }
 
 }  // namespace plexus

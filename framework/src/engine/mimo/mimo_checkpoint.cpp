@@ -40,10 +40,13 @@ Tensor whole_of(const Parameter& p, const Tensor& local, const distributed::Comm
   return tp != nullptr && p.tp.split() ? gather_whole(*tp, p.tp, local) : local.to(DLDevice{kDLCPU, 0});
 }
 
-Packed pack(Model& model, ParameterUpdate& update, const distributed::Communicator* tp) {
+// `owned`: by parameter, whether this stage writes it (empty: every one).
+Packed pack(Model& model, ParameterUpdate& update, const distributed::Communicator* tp,
+            const std::vector<bool>& owned) {
   Packed packed;
   const ParameterStore& store = model.parameters();
   for (std::size_t p = 0; p < store.size(); ++p) {
+    if (!owned.empty() && !owned[p]) continue;
     add(packed, store[p].name, whole_of(store[p], update.saved_value(p), tp), false);
     if (store[p].is_buffer()) continue;
     for (int which = 0; which < 2; ++which)
@@ -121,21 +124,26 @@ std::filesystem::path save_mimo_checkpoint(const std::filesystem::path& root, in
                                            const std::vector<MimoModule>& modules,
                                            const std::vector<std::unique_ptr<Model>>& models,
                                            const std::vector<std::unique_ptr<ParameterUpdate>>& updates,
+                                           const std::deque<PipelineStages>& stages,
                                            const distributed::Runtime* runtime,
                                            const boost::json::value& state) {
   const int32_t me = runtime != nullptr ? runtime->rank() : 0;
-  std::vector<Packed> packed(modules.size());
-  for (std::size_t m = 0; m < modules.size(); ++m) {
-    const int32_t owner = modules[m].lane_rank.front();
-    // The module's first lane packs it (its tp ranks gathering every shard), its leader sends it.
-    if (modules[m].here && modules[m].dp_rank == 0) {
-      Packed mine = pack(*models[m], *updates[m], modules[m].tp);
-      if (me == owner) packed[m] = std::move(mine);
+  std::vector<Packed> packed;  // on world rank 0: every stage of every module
+  for (std::size_t m = 0; m < modules.size(); ++m)
+    for (int64_t s = 0; s < modules[m].stages; ++s) {
+      // The stage of the module's first lane packs it (its tp ranks gathering every shard), its
+      // rank at the leader's tp position sends it.
+      const int32_t owner = modules[m].stage_rank.at(static_cast<std::size_t>(s));
+      Packed mine;
+      if (modules[m].here && modules[m].dp_rank == 0 && modules[m].stage == s)
+        mine = pack(*models[m], *updates[m], modules[m].tp, stages[m].owned);
+      if (owner == 0) {
+        if (me == 0) packed.push_back(std::move(mine));
+        continue;
+      }
+      if (me == owner) send(mine, runtime->world());
+      if (me == 0) packed.push_back(receive(runtime->world(), owner));
     }
-    if (owner == 0) continue;
-    if (me == owner) send(packed[m], runtime->world());
-    if (me == 0) packed[m] = receive(runtime->world(), owner);
-  }
   if (me != 0) return {};
   std::vector<checkpoint::TensorData> model_tensors, optimizer_tensors;
   for (const Packed& p : packed)

@@ -1,12 +1,14 @@
 // Checkpoints of a MIMO model: one directory (checkpoint_dir.hpp) holding every module's
 // parameters under their Megatron names (modality_submodules.<m>..., language_model...) and their
 // AdamW moments (<name>.exp_avg, <name>.exp_avg_sq), whichever ranks hold them; world rank 0
-// writes it, each module's first data-parallel lane sending it its module. The names do not
+// writes it, each stage of each module's first data-parallel lane sending it that stage's
+// tensors (a tied copy once, from the stage that owns it: `stages`, by module). The names do not
 // depend on the layout, so a run resumes on another one (colocated <-> non-colocated, other
 // data-parallel sizes): each rank reads its modules' tensors by name.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <vector>
@@ -14,6 +16,7 @@
 #include <boost/json/value.hpp>
 
 #include "engine/mimo/mimo_modules.hpp"
+#include "engine/pipeline_stages.hpp"
 
 namespace plexus {
 
@@ -28,6 +31,7 @@ std::filesystem::path save_mimo_checkpoint(const std::filesystem::path& root, in
                                            const std::vector<MimoModule>& modules,
                                            const std::vector<std::unique_ptr<Model>>& models,
                                            const std::vector<std::unique_ptr<ParameterUpdate>>& updates,
+                                           const std::deque<PipelineStages>& stages,
                                            const distributed::Runtime* runtime,
                                            const boost::json::value& state);
 

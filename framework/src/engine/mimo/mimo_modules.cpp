@@ -18,19 +18,18 @@ std::string module_path(std::size_t index) {
   return "mimo.modules[" + std::to_string(index) + "]";
 }
 
-// A ConfigError of an encoder's own run config, named where the user wrote the key: its
-// "model..." paths are mimo.modules[i].model... .
-config::ConfigError at_module(const config::ConfigError& e, std::size_t index) {
+}  // namespace
+
+config::ConfigError at_module(const config::ConfigError& e, const std::string& module_path) {
+  if (module_path == "model") return e;
   std::vector<config::Problem> problems;
   for (const config::Problem& p : e.problems()) {
     const bool in_model =
         p.path == "model" || p.path.rfind("model.", 0) == 0 || p.path.rfind("model[", 0) == 0;
-    problems.push_back({in_model ? module_path(index) + "." + p.path : p.path, p.message});
+    problems.push_back({in_model ? module_path + "." + p.path : p.path, p.message});
   }
   return config::ConfigError(std::move(problems));
 }
-
-}  // namespace
 
 bool is_mimo(const boost::json::value& run_config) {
   const auto* mimo = run_config.as_object().if_contains("mimo");
@@ -48,6 +47,10 @@ boost::json::value encoder_run_config(const boost::json::value& run_config, std:
   // what it needs beyond them, on demand.
   if (auto* plugins = root.if_contains("plugins"); plugins != nullptr && plugins->is_object())
     plugins->as_object()["load"] = boost::json::array();
+  // distributed.pipeline shapes the language model's stages; an encoder's layers, which are not
+  // the language model's, are split evenly over its stages.
+  if (auto* distributed = root.if_contains("distributed"); distributed != nullptr && distributed->is_object())
+    distributed->as_object().erase("pipeline");
   return rc;
 }
 
@@ -67,7 +70,7 @@ void check_mimo_modules(PluginHost& host, boost::json::value& run_config, const 
       load_configured_plugins(host, rc, options);
       check_components(host, rc);
     } catch (const config::ConfigError& e) {
-      throw at_module(e, i);
+      throw at_module(e, module_path(i));
     }
     modules[i].as_object()["model"] = rc.at("model");  // its defaults filled in
   }
@@ -112,6 +115,7 @@ std::vector<MimoModule> mimo_modules(const boost::json::value& run_config,
     for (MimoModule& m : modules) {
       m.here = true;
       m.lane_rank = {0};
+      m.stage_rank = {0};
     }
     return modules;
   }
@@ -141,34 +145,62 @@ std::vector<MimoModule> mimo_modules(const boost::json::value& run_config,
     return -1;
   };
   for (MimoModule& m : modules) {
-    for (const char* kind : {"cp", "pp", "ep"}) {
+    for (const char* kind : {"cp", "ep"}) {
       const auto& groups = groups_of(m.name + "/" + kind);
       const std::size_t size = groups.empty() ? 1 : groups.front().size();
       if (size <= 1) continue;
-      throw config::ConfigError("distributed.topology.options.modules",
-                                "module " + m.name + " has " + kind + " " + std::to_string(size) +
-                                    ": MIMO modules are trained with data and tensor parallelism so far (cp, "
-                                    "pp and ep of 1 in every module)");
+      throw config::ConfigError(
+          "distributed.topology.options.modules",
+          "module " + m.name + " has " + kind + " " + std::to_string(size) +
+              ": MIMO modules are trained with data, tensor and pipeline parallelism so "
+              "far (cp and ep of 1 in every module)");
     }
+    // A rank's stage is its place in its pp group (0 without one).
+    const auto stage_of = [&](int32_t rank) {
+      return groups_of(m.name + "/pp").empty() ? 0 : position(m.name + "/pp", rank);
+    };
+    const auto& pp_groups = groups_of(m.name + "/pp");
+    m.stages = pp_groups.empty() ? 1 : static_cast<int64_t>(pp_groups.front().size());
     // The lanes are the dp groups' positions. Their leaders are Megatron's: the language model's
-    // first tp rank (which receives), an encoder's last (which sends).
+    // first tp rank at its first stage (which receives), an encoder's last at its last (which sends).
     const auto& tp_groups = groups_of(m.name + "/tp");
     const int64_t tp_size = tp_groups.empty() ? 1 : static_cast<int64_t>(tp_groups.front().size());
     const int64_t leader_position = m.encoder ? tp_size - 1 : 0;
+    const int64_t bridge_stage = m.encoder ? m.stages - 1 : 0;
     for (const std::vector<int32_t>& lanes : groups_of(m.name + "/dp"))
-      if (position(m.name + "/tp", lanes.front()) == leader_position) m.lane_rank = lanes;
+      if (position(m.name + "/tp", lanes.front()) == leader_position &&
+          stage_of(lanes.front()) == bridge_stage)
+        m.lane_rank = lanes;
     if (m.lane_rank.empty())
       throw config::ConfigError("distributed.topology",
                                 "the topology lays out no dp group of module " + m.name);
+    m.stage_rank = {m.lane_rank.front()};
+    for (const std::vector<int32_t>& stages : pp_groups)
+      if (std::find(stages.begin(), stages.end(), m.lane_rank.front()) != stages.end()) m.stage_rank = stages;
     m.dp_size = static_cast<int64_t>(m.lane_rank.size());
     const int64_t lane = position(m.name + "/dp", runtime->rank());
     m.here = lane >= 0;
     m.dp_rank = m.here ? lane : 0;
+    m.stage = m.here ? stage_of(runtime->rank()) : 0;
     m.dp = m.here && m.dp_size > 1 ? runtime->group(m.name + "/dp") : nullptr;
     const distributed::Communicator* tp = m.here ? runtime->group(m.name + "/tp") : nullptr;
     m.tp = tp != nullptr && tp->size() > 1 ? tp : nullptr;
+    const distributed::Communicator* pp = m.here ? runtime->group(m.name + "/pp") : nullptr;
+    m.pp = pp != nullptr && pp->size() > 1 ? pp : nullptr;
     m.leader = m.tp == nullptr || m.tp->rank() == leader_position;
   }
+  // Modules on the same ranks hand their rows over on each rank, microbatch by microbatch: one
+  // stage each (Megatron's colocated bridge asks the same).
+  const auto colocated =
+      std::count_if(modules.begin(), modules.end(), [](const MimoModule& m) { return m.here; });
+  for (const MimoModule& m : modules)
+    if (colocated > 1 && m.stages > 1)
+      throw config::ConfigError(
+          "distributed.topology.options.modules",
+          "module " + m.name + " has pp " + std::to_string(m.stages) +
+              ", but it shares its ranks with another module (colocated): colocated "
+              "modules run one pipeline stage each; give the modules ranks of their own "
+              "(rank_offset) to pipeline them");
   return modules;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "plexus/core/config.hpp"
 #include "plexus/core/data/multimodal_dataset.hpp"
 
 namespace plexus {
@@ -42,17 +43,36 @@ struct MimoModule {
   // lane's loss; an encoder's last tp rank sends its rows and receives their gradients, which it
   // broadcasts over tp.
   bool leader = true;
-  // Per lane: its leader's world rank.
+  // Per lane: its leader's world rank (at the stage that meets the bridge).
   std::vector<int32_t> lane_rank;
+  // Its pipeline: the stages, this rank's, and the module's pp group here (nullptr for one stage).
+  // The stages of a lane pass the stream on among themselves (Model's PipelineLink); the bridge
+  // meets an encoder at its last stage, whose head is the input projection, and the language
+  // model at its first, whose embedding splices the rows in (Megatron's BridgeCommunicator).
+  int64_t stages = 1, stage = 0;
+  const distributed::Communicator* pp = nullptr;
+  // By stage: the world rank holding that stage of lane 0 at the leader's tp position (it sends
+  // the stage's tensors to the checkpoint's writer).
+  std::vector<int32_t> stage_rank;
+
+  bool first_stage() const noexcept { return stage == 0; }
+  bool last_stage() const noexcept { return stage + 1 == stages; }
+  bool at_bridge() const noexcept { return here && (encoder ? last_stage() : first_stage()); }
 };
 
 // The encoders of mimo.modules, in order, then the language model; this rank's part of each from
 // the topology (every module on rank 0 without a runtime or with one rank). Throws
 // config::ConfigError naming the key: modules the topology does not lay out (or lays out and the
-// config does not name), a module with context, pipeline or expert parallelism (not built for
-// MIMO modules yet), several ranks without the mimo topology.
+// config does not name), a module with context or expert parallelism (not built for MIMO modules
+// yet), colocated modules with more than one pipeline stage, several ranks without the mimo
+// topology.
 std::vector<MimoModule> mimo_modules(const boost::json::value& run_config,
                                      const distributed::Runtime* runtime);
+
+// A ConfigError of a module's own run config named where the user wrote the key: an encoder's
+// "model..." paths are `module_path`.model... ("mimo.modules[0].model.num_layers"); the
+// language model's ("model") are as they are.
+config::ConfigError at_module(const config::ConfigError& e, const std::string& module_path);
 
 // The run config of encoder module `index` of mimo.modules: the run config with its model section
 // in place of "model" (the checks of check_mimo_modules fill its defaults).

@@ -110,8 +110,8 @@ MimoTrainer::Impl::Evaluation MimoTrainer::Impl::evaluate() {
   std::vector<double> examples(3 * kExamples, -1.0);  // sample, predicted, expected
   for (int64_t b = 0; b < batches; ++b) {
     const Microbatches mb = start(b, 1, false, true);
-    run_microbatch(mb, 0, false);
-    if (language().here && answer > 0) {
+    run_microbatches(mb, false);
+    if (language().here && language().last_stage() && answer > 0) {  // the head's stage
       const std::vector<std::vector<float>> logits =
           logits_at(language_model()->head_output(0, 0, 1), answer - 1, language().tp);
       const std::vector<int64_t>& lane = mb.language_samples[0];
@@ -188,7 +188,7 @@ void MimoTrainer::Impl::save(int64_t step, detail::Progress& progress, TrainResu
   const boost::json::object state{{"step", step}, {"mimo", true}, {"config", run_config}};
   const std::filesystem::path root = output_dir / "checkpoints";
   const std::filesystem::path dir =
-      save_mimo_checkpoint(root, step, modules, models, updates, runtime, state);
+      save_mimo_checkpoint(root, step, modules, models, updates, stages, runtime, state);
   if (!writer) return;
   checkpoint::prune_checkpoints(root, std::max<int64_t>(1, keep_last));
   result.last_checkpoint = dir;

@@ -1,14 +1,15 @@
-// One MIMO training step, Megatron's multi-module 1F1B with one stage per module: for each
-// microbatch every encoder lane runs its forward and hands its outputs over the bridge to the
-// language lanes whose samples they are; the language lane splices them into its input, runs
-// forward and backward, and hands the spliced rows' gradients back; the encoder lanes run their
-// backward. Then each module averages its gradients over its own data-parallel lanes, every rank
-// agrees whether a gradient is not finite, and every module clips by one norm over all modules'
-// gradients (Megatron's MimoOptimizer) before its AdamW step.
+// One MIMO training step, Megatron's multi-module 1F1B (mimo_schedule.hpp): each encoder lane
+// runs its forward, stage after stage, and its last stage hands its outputs over the bridge to the
+// language lanes whose samples they are; the language lane's first stage splices them into its
+// input, its stages run forward and backward, and its first stage hands the spliced rows'
+// gradients back; the encoder lanes run their backward. Then each module averages its gradients over its own
+// data-parallel lanes, every rank agrees whether a gradient is not finite, and every module clips by one norm
+// over all modules' gradients (Megatron's MimoOptimizer) before its AdamW step.
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "engine/mimo/mimo_schedule.hpp"
 #include "engine/mimo/mimo_trainer_impl.hpp"
 
 namespace plexus {
@@ -39,64 +40,100 @@ MimoTrainer::Impl::Microbatches MimoTrainer::Impl::start(int64_t first_index, in
   return mb;
 }
 
-// Microbatch k through every module here: the encoders' forward, the bridge, the language
-// model's forward (and backward), the bridge back, the encoders' backward. The language model
-// keeps the loss until finish_microbatches.
-void MimoTrainer::Impl::run_microbatch(const Microbatches& mb, uint32_t k, bool training) {
-  std::vector<Tensor> spliced(encoders());
-  for (std::size_t e = 0; e < encoders(); ++e) {
-    Tensor output;
-    if (modules[e].here) {
-      const distributed::ModuleGroupScope scope(modules[e].name);
-      models[e]->forward_chunk(0, k);
-      output = models[e]->take_chunk_output(0, k);
-      if (zero_modalities) output.zero();
-    }
-    spliced[e] = bridges[e]->forward(output, mb.encoder_samples[k], mb.language_samples[k]);
+// Microbatch k through module m's stage here: its input (the previous stage's stream, or at the
+// language model's first stage the encoders' rows to splice), its forward, its output on (to the
+// next stage, or over the bridge from an encoder's last stage). The language model keeps the loss
+// until finish_microbatches.
+void MimoTrainer::Impl::forward(std::size_t m, uint32_t k, const Microbatches& mb) {
+  const MimoModule& module = modules[m];
+  const distributed::ModuleGroupScope scope(module.name);
+  Model& model = *models[m];
+  if (!module.first_stage()) model.receive_chunk_input(0, k);
+  if (!module.encoder && module.first_stage())
+    for (std::size_t e = 0; e < encoders(); ++e)
+      model.set_splice(0, k, e, bridges[e]->receive_outputs(k, mb.language_samples[k]));
+  model.forward_chunk(0, k);
+  if (!module.last_stage()) {
+    model.send_chunk_output(0, k);
+  } else if (module.encoder) {
+    Tensor output = model.take_chunk_output(0, k);
+    if (zero_modalities) output.zero();
+    bridges[m]->send_outputs(k, std::move(output), mb.encoder_samples[k]);
   }
-  std::vector<Tensor> grads(encoders());
-  if (language().here) {
-    const distributed::ModuleGroupScope scope(language().name);
-    Model& lm = *language_model();
-    for (std::size_t e = 0; e < encoders(); ++e) lm.set_splice(0, k, e, std::move(spliced[e]));
-    lm.forward_chunk(0, k);
-    if (training) {
-      lm.backward_chunk(0, k);
-      for (std::size_t e = 0; e < encoders(); ++e) {
-        grads[e] = lm.take_splice_grad(0, k, e);
-        if (zero_modalities) grads[e].zero();  // zeros depend on no encoder weight
-      }
+}
+
+// Its backward the same way round: the output's gradient (from the next stage, or over the
+// bridge at an encoder's last stage), the backward, the input's gradient back (to the previous
+// stage, or the spliced rows' over the bridge from the language model's first stage).
+void MimoTrainer::Impl::backward(std::size_t m, uint32_t k) {
+  const MimoModule& module = modules[m];
+  const distributed::ModuleGroupScope scope(module.name);
+  Model& model = *models[m];
+  if (!module.last_stage())
+    model.receive_chunk_output_grad(0, k);
+  else if (module.encoder)
+    model.set_chunk_output_grad(0, k, bridges[m]->receive_grads(k));
+  model.backward_chunk(0, k);
+  if (!module.first_stage()) {
+    model.send_chunk_input_grad(0, k);
+  } else if (!module.encoder) {
+    for (std::size_t e = 0; e < encoders(); ++e) {
+      Tensor grad = model.take_splice_grad(0, k, e);
+      if (zero_modalities) grad.zero();  // zeros depend on no encoder weight
+      bridges[e]->send_grads(k, grad);
     }
   }
-  if (!training) return;
-  for (std::size_t e = 0; e < encoders(); ++e) {
-    Tensor grad = bridges[e]->backward(grads[e]);
-    if (!modules[e].here) continue;
-    const distributed::ModuleGroupScope scope(modules[e].name);
-    models[e]->set_chunk_output_grad(0, k, std::move(grad));
-    models[e]->backward_chunk(0, k);
+}
+
+// Every microbatch of `mb` through the modules here in mimo_schedule's order, then every transfer
+// completed.
+void MimoTrainer::Impl::run_microbatches(const Microbatches& mb, bool training) {
+  const auto count = static_cast<uint32_t>(mb.language_samples.size());
+  try {
+    for (const MimoOp& op : mimo_schedule(modules, count, training)) {
+      if (op.kind == MimoOp::Kind::forward)
+        forward(op.module, op.microbatch, mb);
+      else
+        backward(op.module, op.microbatch);
+    }
+    for (std::size_t m = 0; m < modules.size(); ++m)
+      if (modules[m].here) models[m]->finish_transfers();
+    for (const auto& bridge : bridges) bridge->finish();
+  } catch (...) {
+    for (std::size_t m = 0; m < modules.size(); ++m)
+      if (modules[m].here) models[m]->abandon_transfers();
+    for (const auto& bridge : bridges) bridge->abandon();
+    throw;
   }
 }
 
 // Ends the microbatches on every model here; the language model's loss, the mean over its lanes,
-// on every rank (each lane's leader counts it once).
+// on every rank (each lane's leader at its last stage counts it once).
 double MimoTrainer::Impl::finish_microbatches() {
   double loss = 0;
   for (std::size_t m = 0; m < modules.size(); ++m) {
     if (!modules[m].here) continue;
     const double l = models[m]->finish_microbatches();
-    if (!modules[m].encoder && modules[m].leader) loss = l / static_cast<double>(language().dp_size);
+    if (!modules[m].encoder && modules[m].leader && modules[m].last_stage())
+      loss = l / static_cast<double>(language().dp_size);
   }
   return over_world(loss, distributed::ReduceOp::sum);
 }
 
-// Each module's gradients averaged over its data-parallel lanes (its own dp group).
+// Each module's gradients averaged over its data-parallel lanes (its own dp group), then a tied
+// parameter's summed over the stages that hold it.
 void MimoTrainer::Impl::reduce_gradients() {
   for (std::size_t m = 0; m < modules.size(); ++m) {
     if (!modules[m].here || modules[m].dp == nullptr) continue;
     ParameterStore& store = models[m]->parameters();
     for (std::size_t p = 0; p < store.size(); ++p)
       if (!store[p].is_buffer()) modules[m].dp->all_reduce(store[p].grad.view(), distributed::ReduceOp::avg);
+  }
+  // After the data-parallel reduction, as Megatron: the stages holding a tied parameter sum it.
+  for (std::size_t m = 0; m < modules.size(); ++m) {
+    if (tied_groups[m] == nullptr) continue;
+    for (std::size_t p = 0; p < stages[m].shared.size(); ++p)
+      if (stages[m].shared[p]) updates[m]->all_reduce_gradient(p, *tied_groups[m]);
   }
 }
 
@@ -136,8 +173,7 @@ double MimoTrainer::Impl::clip_norm() const {
 double MimoTrainer::Impl::train_step(int64_t step) {
   for (std::size_t m = 0; m < modules.size(); ++m)
     if (modules[m].here) updates[m]->begin_step(microbatches);
-  const Microbatches mb = start(step * microbatches, microbatches, true, false);
-  for (uint32_t k = 0; k < static_cast<uint32_t>(microbatches); ++k) run_microbatch(mb, k, true);
+  run_microbatches(start(step * microbatches, microbatches, true, false), true);
   const double loss = finish_microbatches();
   reduce_gradients();
   check_gradients_finite();

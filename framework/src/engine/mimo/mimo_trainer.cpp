@@ -10,6 +10,7 @@
 #include "engine/mimo/mimo_checkpoint.hpp"
 #include "engine/mimo/mimo_trainer_impl.hpp"
 #include "plexus/core/config.hpp"
+#include "plexus/core/engine/pipeline_layout.hpp"
 #include "plexus/core/logging.hpp"
 
 namespace plexus {
@@ -60,6 +61,8 @@ void MimoTrainer::Impl::read_settings() {
 void MimoTrainer::Impl::build_module(std::size_t m, const std::vector<int32_t>& special_tokens) {
   const MimoModule& module = modules[m];
   if (module.encoder) patch_sizes.push_back(patch_size_of(module));
+  stages.emplace_back();
+  tied_groups.emplace_back();
   if (!module.here) {
     models.emplace_back();
     updates.emplace_back();
@@ -71,7 +74,26 @@ void MimoTrainer::Impl::build_module(std::size_t m, const std::vector<int32_t>& 
   options.name_prefix = module.name_prefix;
   options.head_name_prefix = module.head_name_prefix;
   options.tensor_group = module.tp;
+  options.output_head = module.encoder;
   if (!module.encoder) options.splice_tokens = special_tokens;
+  if (module.pp != nullptr) {  // this rank builds its stage's layers
+    const PipelineLayout layout = [&] {
+      try {
+        return pipeline_layout(plan_decoder(*host, module.run_config),
+                               PipelineSettings::from_run_config(module.run_config),
+                               static_cast<uint32_t>(module.stages));
+      } catch (const config::ConfigError& e) {
+        throw at_module(e, module.path);
+      }
+    }();
+    if (layout.virtual_stages > 1)
+      throw config::ConfigError("distributed.pipeline.virtual_stages",
+                                module.name + " would run " + std::to_string(layout.virtual_stages) +
+                                    " chunks per pipeline stage, but a MIMO module runs one (set 1)");
+    options.placement = layout.placement_of(static_cast<uint32_t>(module.stage));
+    options.pipeline_group = module.pp;
+    options.model_chunks = static_cast<uint32_t>(layout.chunks.size());
+  }
   Model& model = *models.emplace_back(std::make_unique<Model>(*host, module.run_config, options));
   if (module.encoder == model.produces_loss())
     throw config::ConfigError(module.encoder ? module.path + ".model.head.component" : "model.head.component",
@@ -82,6 +104,13 @@ void MimoTrainer::Impl::build_module(std::size_t m, const std::vector<int32_t>& 
   UpdateRanks ranks;
   if (const distributed::Communicator* tp = module.tp; tp != nullptr)
     ranks.sum_over_tp = [tp](double local) { return tp->all_reduce(local, distributed::ReduceOp::sum); };
+  if (const distributed::Communicator* pp = module.pp; pp != nullptr) {
+    // Each stage holds part of the module: the norm adds them, a tied copy counts on its owner,
+    // and the stages holding a tied parameter sum its gradient.
+    stages[m] = gather_pipeline_stages(*pp, model.parameters(), model.parameter_chunks());
+    add_pipeline_stages(ranks, *pp, stages[m]);
+    tied_groups[m] = pp->split(stages[m].holds_shared() ? 0 : -1, pp->rank(), module.name + " embedding");
+  }
   updates.push_back(make_whole_update(model, OptimizerSettings::from_run_config(run_config), ranks));
   model.initialize(seed);
 }

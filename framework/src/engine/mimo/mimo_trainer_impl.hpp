@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "engine/mimo/mimo_data.hpp"
 #include "engine/mimo/mimo_modules.hpp"
 #include "engine/parameter_update.hpp"
+#include "engine/pipeline_stages.hpp"
 #include "engine/progress.hpp"
 #include "plexus/core/distributed/runtime.hpp"
 #include "plexus/core/engine/mimo_trainer.hpp"
@@ -33,6 +35,10 @@ struct MimoTrainer::Impl {
   std::vector<std::unique_ptr<Model>> models;             // by module; null where not here
   std::vector<std::unique_ptr<ParameterUpdate>> updates;  // by module; null where not here
   std::vector<std::unique_ptr<MimoBridge>> bridges;       // by encoder
+  // By module, pipelined here: its stages' parameters, and the stages that hold a tied parameter
+  // (the language model's embedding and output layer: Megatron's embedding group; else null).
+  std::deque<PipelineStages> stages;  // a deque: the updates keep references to them
+  std::vector<std::unique_ptr<distributed::Communicator>> tied_groups;
   std::vector<int64_t> patch_sizes;                       // by encoder
   std::unique_ptr<MimoData> data;
   int64_t steps = 0, microbatches = 1, micro_batch_size = 1;
@@ -60,7 +66,9 @@ struct MimoTrainer::Impl {
     std::vector<std::vector<int64_t>> encoder_samples, language_samples;  // by microbatch
   };
   Microbatches start(int64_t first_index, int64_t count, bool training, bool validation);
-  void run_microbatch(const Microbatches& mb, uint32_t k, bool training);
+  void run_microbatches(const Microbatches& mb, bool training);
+  void forward(std::size_t module, uint32_t k, const Microbatches& mb);
+  void backward(std::size_t module, uint32_t k);
   double finish_microbatches();  // the language model's loss over the job
   void reduce_gradients();
   void check_gradients_finite() const;

@@ -146,6 +146,9 @@ struct ModelOptions {
   // sequence) order, and their gradient goes back to the modality (take_splice_grad) instead of
   // to the embedding.
   std::vector<int32_t> splice_tokens{};
+  // The head hands its output on instead of producing a loss (a MIMO encoder): what a pipeline
+  // stage that does not build the head must be told; where the head is built, its flags decide.
+  bool output_head = false;
 };
 
 class StepProfile;
@@ -225,6 +228,20 @@ class Model {
   Tensor take_chunk_input_grad(uint32_t chunk, uint32_t microbatch);
   void set_chunk_output_grad(uint32_t chunk, uint32_t microbatch, Tensor grad);
   double finish_microbatches();
+  // Pipelined, for a schedule the engine drives itself (MIMO's multi-module pipeline; a scheduler
+  // plugin makes the same calls through plx_schedule_env): the transfers of one microbatch of a
+  // chunk over the pp group (PipelineLink), each started at once. send_chunk_output: its output
+  // to the next stage, after its forward; receive_chunk_input: its input from the previous stage,
+  // before its forward; send_chunk_input_grad: its input's gradient back, after its backward;
+  // receive_chunk_output_grad: its output's gradient, before its backward. finish_transfers
+  // completes every send (the end of a step); abandon_transfers drops everything in flight after
+  // a failure. Each throws naming the call on a model that is not a pipeline stage.
+  void send_chunk_output(uint32_t chunk, uint32_t microbatch);
+  void receive_chunk_input(uint32_t chunk, uint32_t microbatch);
+  void send_chunk_input_grad(uint32_t chunk, uint32_t microbatch);
+  void receive_chunk_output_grad(uint32_t chunk, uint32_t microbatch);
+  void finish_transfers();
+  void abandon_transfers() noexcept;
   // Whether the head produces a loss (a language model), or an output (an encoder): then a chunk
   // with the head hands its head's output 0 on through take_chunk_output and takes its gradient
   // through set_chunk_output_grad, as a chunk without the head does its stream.
@@ -351,6 +368,8 @@ class Model {
   // run of the chunk holding the head (nullptr on the other stages).
   std::unique_ptr<Run> forward_only(const Batch& batch);
   void note_in_flight();
+  PipelineLink& link_for(const char* call);
+  std::vector<int64_t> stream_shape_of(const Run& run) const;
   // model_splice.cpp: the special tokens' rows of the embedding's output and of its gradient.
   void find_splice_positions(Run& run, const Batch& batch) const;
   void splice_forward(Run& run, Tensor& embedded) const;
