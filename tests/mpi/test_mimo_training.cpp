@@ -3,7 +3,8 @@
 // one, fan-in from 2 encoder lanes to 1 language lane, fan-out from 1 to 2), on the same ranks
 // (colocated, 2 lanes each, and fan-out from an encoder over 2 tensor-parallel ranks), and with
 // the language model over 2 tensor-parallel ranks, pipelined (the language model over 2 stages,
-// both modules over 2 stages, Megatron's 8-rank hetero layout with tp 2 x pp 2), give the
+// both modules over 2 stages, Megatron's 8-rank hetero layout with tp 2 x pp 2), and sharded by a
+// data-parallel strategy per module (ZeRO-3 colocated; ZeRO-2 with pipelining), give the
 // one-process run's losses and weights over 20 steps within 1e-6 and its Adam moments within 2e-6
 // (float32 sums in another order; a mis-scaled or misrouted gradient differs by percents); a run
 // stopped colocated resumes non-colocated; layouts the trainer cannot run are refused by name.
@@ -16,6 +17,7 @@
 #include "run_comparison.hpp"
 #include "skip_module.hpp"
 #include "temp_dir.hpp"
+#include "train_corpus.hpp"
 
 namespace fs = std::filesystem;
 using namespace plexus::test;
@@ -53,13 +55,15 @@ struct Runs {
   fs::path ref32 = dir.path() / "ref32", ref64 = dir.path() / "ref64",
            ref32_padded = dir.path() / "ref32_padded";
   // 4 microbatches of 8 samples, which a pipeline keeps in flight together; and so padded.
-  fs::path ref8x4 = dir.path() / "ref8x4", ref8x4_padded = dir.path() / "ref8x4_padded";
+  fs::path ref8x4 = dir.path() / "ref8x4", ref8x4_padded = dir.path() / "ref8x4_padded",
+           ref16x4 = dir.path() / "ref16x4";
   Runs() {
     train(ref32, 1, "--set train.micro_batch_size=32");
     train(ref64, 1, "--set train.micro_batch_size=64");
     train(ref32_padded, 1, "--set train.micro_batch_size=32 --set model.make_vocab_size_divisible_by=4");
     train(ref8x4, 1, kEightByFour);
     train(ref8x4_padded, 1, kEightByFour + " --set model.make_vocab_size_divisible_by=4");
+    train(ref16x4, 1, "--set train.micro_batch_size=16 --set train.microbatches=4");
   }
   void train(const fs::path& out, int ranks, const std::string& extra) const {
     const std::string command = mimo_train_command(prefix, out, kTwenty + extra);
@@ -210,6 +214,39 @@ BOOST_AUTO_TEST_CASE(pipelined_checkpoint_resumes_in_one_process) {
                             "\"language\", \"num_ranks\": 2, \"pp\": 2, \"rank_offset\": 2}"));
   runs().train(out, 1, kEightByFour + " --resume latest");
   expect_same(runs().ref8x4, out);
+}
+
+// Each module's parameters held by the data-parallel strategy of distributed.data_parallel over
+// its own dp group (Megatron's MIMO runs a distributed optimizer per module): colocated, 2 lanes
+// of each module under ZeRO-3 (the values gathered unit by unit in the forward, over images/dp
+// and language/dp in turn).
+BOOST_AUTO_TEST_CASE(sharded_data_parallel_per_module) {
+  const fs::path out = runs().dir.path() / "zero3_colocated";
+  runs().train(
+      out, 2,
+      "--set train.micro_batch_size=32 --set distributed.data_parallel.options.strategy=optim_grads_params " +
+          mimo_topology(2, 0, 2, 0));
+  expect_same(runs().ref64, out);
+  // Rank 0 holds a lane of both modules, each under the strategy.
+  const boost::json::object start = records(out / "metrics.jsonl", "start").at(0);
+  for (const boost::json::value& module : start.at("modules").as_array()) {
+    const auto& dp = module.at("data_parallel").as_object();
+    BOOST_TEST(dp.at("component") == "fsdp", boost::json::serialize(module));
+    BOOST_TEST(dp.at("options").at("strategy") == "optim_grads_params", boost::json::serialize(module));
+  }
+}
+
+// Everything at once on 6 ranks: images over 2 lanes (ranks 0, 1; fan-in), the language model
+// over 2 stages x 2 lanes (ranks 2-5) under ZeRO-2, 4 microbatches of 16 in flight; the tied
+// embedding's stages sum its reduced gradient shard by shard.
+BOOST_AUTO_TEST_CASE(pipelined_and_sharded) {
+  const fs::path out = runs().dir.path() / "pp_zero2";
+  runs().train(out, 6,
+               "--set train.micro_batch_size=8 --set train.microbatches=4 --set "
+               "distributed.data_parallel.options.strategy=optim_grads " +
+                   topology("{\"name\": \"images\", \"num_ranks\": 2}, {\"name\": \"language\", "
+                            "\"num_ranks\": 4, \"pp\": 2, \"rank_offset\": 2}"));
+  expect_same(runs().ref16x4, out);
 }
 
 BOOST_AUTO_TEST_CASE(layouts_it_cannot_run_are_refused_by_name) {

@@ -248,6 +248,11 @@ const Communicator* Runtime::create_groups(const std::string& name,
 }
 
 const Communicator* Runtime::group(std::string_view kind) const {
+  if (const std::string& module = ModuleGroupScope::current();
+      !module.empty() && kind.find('/') == std::string_view::npos) {
+    const std::string scoped = module + "/" + std::string(kind);
+    if (const auto it = groups_.find(std::string_view(scoped)); it != groups_.end()) return it->second.get();
+  }
   const auto it = groups_.find(kind);
   return it == groups_.end() ? nullptr : it->second.get();
 }

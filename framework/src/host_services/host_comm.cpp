@@ -74,12 +74,9 @@ plx_status group_get(void*, const char* name, plx_group* out) {
   const distributed::Runtime* runtime = g_runtime.load();
   const std::string kind = name != nullptr ? name : "";
   if (runtime == nullptr) return fail(PLX_ERR_NOT_FOUND, "group '" + kind + "': " + kNoRuntime);
-  // A MIMO module's layers: their module's group of that name first (ModuleGroupScope).
-  const std::string& scope = distributed::ModuleGroupScope::current();
-  const Communicator* comm = kind == "world"  ? &runtime->world()
-                             : !scope.empty() ? runtime->group(scope + "/" + kind)
-                                              : nullptr;
-  if (comm == nullptr && kind != "world") comm = runtime->group(kind);
+  // A MIMO module's layers get their module's group of that name first (Runtime::group reads the
+  // thread's ModuleGroupScope).
+  const Communicator* comm = kind == "world" ? &runtime->world() : runtime->group(kind);
   if (comm == nullptr) {
     std::string kinds = "world";
     for (const std::string& k : runtime->group_kinds()) kinds += ", " + k;

@@ -131,12 +131,17 @@ std::filesystem::path save_mimo_checkpoint(const std::filesystem::path& root, in
   std::vector<Packed> packed;  // on world rank 0: every stage of every module
   for (std::size_t m = 0; m < modules.size(); ++m)
     for (int64_t s = 0; s < modules[m].stages; ++s) {
-      // The stage of the module's first lane packs it (its tp ranks gathering every shard), its
-      // rank at the leader's tp position sends it.
+      // The stage of the module's first lane packs it (its tp ranks gathering every shard; under a
+      // data-parallel strategy every lane, gathering the values over dp), its rank at the
+      // leader's tp position sends it.
       const int32_t owner = modules[m].stage_rank.at(static_cast<std::size_t>(s));
       Packed mine;
-      if (modules[m].here && modules[m].dp_rank == 0 && modules[m].stage == s)
-        mine = pack(*models[m], *updates[m], modules[m].tp, stages[m].owned);
+      const bool sharded = modules[m].here && models[m]->sharded() != nullptr;
+      if (modules[m].here && modules[m].stage == s && (modules[m].dp_rank == 0 || sharded)) {
+        const distributed::ModuleGroupScope scope(modules[m].name);
+        Packed packed_here = pack(*models[m], *updates[m], modules[m].tp, stages[m].owned);
+        if (modules[m].dp_rank == 0) mine = std::move(packed_here);
+      }
       if (owner == 0) {
         if (me == 0) packed.push_back(std::move(mine));
         continue;
@@ -170,6 +175,7 @@ int64_t load_mimo_checkpoint(const std::filesystem::path& dir, const std::vector
   const checkpoint::LoadedCheckpoint loaded = checkpoint::load_checkpoint(dir);
   for (std::size_t m = 0; m < modules.size(); ++m) {
     if (!modules[m].here) continue;
+    const distributed::ModuleGroupScope scope(modules[m].name);  // a strategy's groups are its module's
     Model& model = *models[m];
     const ParameterStore& store = model.parameters();
     check_module_fits(loaded.model, model, modules[m].name, dir);

@@ -67,6 +67,8 @@ void MimoTrainer::Impl::report_start(const TrainerEvents& events) {
       for (std::size_t p = 0; p < models[m]->parameters().size(); ++p)
         parameters += models[m]->parameters()[p].numel();
       record["parameters"] = parameters;
+      record["stages"] = modules[m].stages;
+      record["data_parallel"] = updates[m]->describe();  // the strategy's, or "component": null
     }
     described.push_back(std::move(record));
   }

@@ -120,15 +120,14 @@ double MimoTrainer::Impl::finish_microbatches() {
   return over_world(loss, distributed::ReduceOp::sum);
 }
 
-// Each module's gradients averaged over its data-parallel lanes (its own dp group), then a tied
-// parameter's summed over the stages that hold it.
+// Each module's gradients averaged over its data-parallel lanes (its update's strategy, over its
+// own dp group), then a tied parameter's summed over the stages that hold it.
 void MimoTrainer::Impl::reduce_gradients() {
-  for (std::size_t m = 0; m < modules.size(); ++m) {
-    if (!modules[m].here || modules[m].dp == nullptr) continue;
-    ParameterStore& store = models[m]->parameters();
-    for (std::size_t p = 0; p < store.size(); ++p)
-      if (!store[p].is_buffer()) modules[m].dp->all_reduce(store[p].grad.view(), distributed::ReduceOp::avg);
-  }
+  for (std::size_t m = 0; m < modules.size(); ++m)
+    if (modules[m].here) {
+      const distributed::ModuleGroupScope scope(modules[m].name);
+      updates[m]->finish_gradients(nullptr);
+    }
   // After the data-parallel reduction, as Megatron: the stages holding a tied parameter sum it.
   for (std::size_t m = 0; m < modules.size(); ++m) {
     if (tied_groups[m] == nullptr) continue;

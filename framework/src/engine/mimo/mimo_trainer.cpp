@@ -57,7 +57,8 @@ void MimoTrainer::Impl::read_settings() {
 }
 
 // Module m's model, with its parameter names and, for the language model, the encoders' special
-// tokens to splice; its parameter update; its initial values.
+// tokens to splice; its parameter update (a data-parallel strategy's over its lanes, or AdamW over
+// the whole store for one lane); its initial values.
 void MimoTrainer::Impl::build_module(std::size_t m, const std::vector<int32_t>& special_tokens) {
   const MimoModule& module = modules[m];
   if (module.encoder) patch_sizes.push_back(patch_size_of(module));
@@ -75,6 +76,10 @@ void MimoTrainer::Impl::build_module(std::size_t m, const std::vector<int32_t>& 
   options.head_name_prefix = module.head_name_prefix;
   options.tensor_group = module.tp;
   options.output_head = module.encoder;
+  // More than one lane: the data-parallel strategy of distributed.data_parallel holds the
+  // module's parameters over its own dp group (Megatron's MIMO runs a distributed optimizer per
+  // module), so none is allocated whole here.
+  options.deferred_parameters = module.dp != nullptr;
   if (!module.encoder) options.splice_tokens = special_tokens;
   if (module.pp != nullptr) {  // this rank builds its stage's layers
     const PipelineLayout layout = [&] {
@@ -102,6 +107,9 @@ void MimoTrainer::Impl::build_module(std::size_t m, const std::vector<int32_t>& 
                                     "such as vision.projection), not produce a loss"
                                   : "the language model's head must produce the loss");
   UpdateRanks ranks;
+  ranks.dp = module.dp;
+  ranks.dp_rank = module.dp_rank;
+  ranks.runtime = runtime;
   if (const distributed::Communicator* tp = module.tp; tp != nullptr)
     ranks.sum_over_tp = [tp](double local) { return tp->all_reduce(local, distributed::ReduceOp::sum); };
   if (const distributed::Communicator* pp = module.pp; pp != nullptr) {
@@ -111,7 +119,10 @@ void MimoTrainer::Impl::build_module(std::size_t m, const std::vector<int32_t>& 
     add_pipeline_stages(ranks, *pp, stages[m]);
     tied_groups[m] = pp->split(stages[m].holds_shared() ? 0 : -1, pp->rank(), module.name + " embedding");
   }
-  updates.push_back(make_whole_update(model, OptimizerSettings::from_run_config(run_config), ranks));
+  const OptimizerSettings optimizer = OptimizerSettings::from_run_config(run_config);
+  updates.push_back(module.dp != nullptr
+                        ? make_sharded_update(*host, module.run_config, model, *runtime, optimizer, ranks)
+                        : make_whole_update(model, optimizer, ranks));
   model.initialize(seed);
 }
 

@@ -58,7 +58,9 @@ class Runtime {
   int32_t rank() const noexcept { return world_->rank(); }
   int32_t world_size() const noexcept { return world_->size(); }
   const Communicator& world() const noexcept { return *world_; }
-  // This rank's group of a kind the topology enumerated, or nullptr.
+  // This rank's group of a kind the topology enumerated, or nullptr. While a ModuleGroupScope
+  // lives on the thread, a plain kind ("dp") is its module's group ("language/dp") where the
+  // topology has one: the engine and the plugins find a MIMO module's groups by the same names.
   const Communicator* group(std::string_view kind) const;
   // The group the parameters are replicated over, whose ranks average their gradients: "dp", or
   // "dp_cp" under context parallelism (cp ranks hold the same parameters and different tokens),
