@@ -170,6 +170,7 @@ BOOST_AUTO_TEST_CASE(bad_module_configs_are_refused_by_name) {
       {"--set mimo.modules[0].model.embedding.options.patch_size=3", "patch_size"},
       {"--set mimo.modules[0].name=language", "mimo.modules[0].name: 'language' cannot name a modality"},
       {"--set data.path=" + (out.path() / "absent").string(), "absent.mimo.json: no such file"},
+      {"--set train.profile=true", "train.profile: a MIMO run has no step profile yet; train.trace records"},
   };
   for (const Case& c : cases) {
     const auto run = train(out.path() / "refused", c.set + " --set train.steps=2");

@@ -11,7 +11,12 @@
 #define BOOST_TEST_MODULE mimo_training_ranks
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "digits_data.hpp"
 #include "run_comparison.hpp"
@@ -247,6 +252,57 @@ BOOST_AUTO_TEST_CASE(pipelined_and_sharded) {
                    topology("{\"name\": \"images\", \"num_ranks\": 2}, {\"name\": \"language\", "
                             "\"num_ranks\": 4, \"pp\": 2, \"rank_offset\": 2}"));
   expect_same(runs().ref16x4, out);
+}
+
+// train.trace of a pipelined MIMO run: a process per rank, each with its module's forward and
+// backward spans of every microbatch and its schedule; the bridge's waits on both sides; 1F1B's
+// warm-up on the encoder (place 0 of 3 stages: microbatches 0 and 1 forward, then 2, before the
+// first backward); a "trace" record and the pipeline's stages in the start record.
+BOOST_AUTO_TEST_CASE(the_trace_shows_the_modules_pipeline) {
+  const fs::path out = runs().dir.path() / "pp_traced";
+  runs().train(out, 3,
+               kEightByFour + " --set train.trace.steps=2 " +
+                   topology("{\"name\": \"images\", \"num_ranks\": 1}, {\"name\": \"language\", "
+                            "\"num_ranks\": 2, \"pp\": 2, \"rank_offset\": 1}"));
+  std::ifstream file(out / "trace.json");
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const auto trace = boost::json::parse(text).as_object();
+  int forward[3] = {0, 0, 0}, backward[3] = {0, 0, 0}, schedules[3] = {0, 0, 0};
+  int rows_waits = 0, gradient_waits = 0;
+  std::set<int64_t> forwards_before_backward;  // rank 0's, in its first traced step
+  bool backward_seen = false;
+  std::vector<boost::json::object> spans;
+  for (const auto& event : trace.at("traceEvents").as_array())
+    if (event.as_object().at("ph") == "X") spans.push_back(event.as_object());
+  std::stable_sort(spans.begin(), spans.end(),
+                   [](const boost::json::object& a, const boost::json::object& b) {
+                     return a.at("ts").to_number<double>() < b.at("ts").to_number<double>();
+                   });
+  for (const auto& e : spans) {
+    const auto pid = e.at("pid").as_int64();
+    BOOST_TEST_REQUIRE((pid >= 0 && pid < 3));
+    const std::string category(e.at("cat").as_string()), name(e.at("name").as_string());
+    if (category == "forward") ++forward[pid];
+    if (category == "backward") ++backward[pid];
+    if (name == "pipeline schedule") ++schedules[pid];
+    if (name == "wait: images rows") rows_waits += pid == 1 ? 1 : 100;
+    if (name == "wait: rows' gradient") gradient_waits += pid == 0 ? 1 : 100;
+    if (pid == 0 && category == "backward") backward_seen = true;
+    if (pid == 0 && category == "forward" && !backward_seen)
+      forwards_before_backward.insert(e.at("args").at("microbatch").as_int64());
+  }
+  for (int r = 0; r < 3; ++r) {
+    BOOST_TEST(schedules[r] == 2, "rank " << r);  // two traced steps
+    BOOST_TEST(forward[r] >= 2 * 4, "rank " << r);
+    BOOST_TEST(backward[r] == forward[r], "rank " << r);
+  }
+  BOOST_TEST(rows_waits == 2 * 4);      // the language model's first stage, per microbatch
+  BOOST_TEST(gradient_waits == 2 * 4);  // the encoder, per microbatch
+  BOOST_TEST((forwards_before_backward == std::set<int64_t>{0, 1, 2}));
+  BOOST_TEST(records(out / "metrics.jsonl", "trace").size() == 1u);
+  const auto start = records(out / "metrics.jsonl", "start").at(0);
+  BOOST_TEST(start.at("pipeline").at("stages") == 3);
+  BOOST_TEST(start.at("pipeline").at("microbatches") == 4);
 }
 
 BOOST_AUTO_TEST_CASE(layouts_it_cannot_run_are_refused_by_name) {

@@ -2,8 +2,13 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
+#include <cstring>
+
 #include "plexus/core/checkpoint/atomic_file.hpp"
 #include "plexus/core/device.hpp"
+#include "plexus/core/distributed/runtime.hpp"
+#include "plexus/core/engine/tensor.hpp"
 
 namespace plexus {
 
@@ -78,6 +83,30 @@ void write_chrome_trace(const std::filesystem::path& path, const std::vector<std
   }
   text += "\n]}\n";
   checkpoint::write_file_atomically(path, std::string_view(text));
+}
+
+// The lengths, then the bytes padded to the longest.
+std::vector<std::string> gather_trace_events(const distributed::Runtime* runtime, const std::string& mine) {
+  if (runtime == nullptr || runtime->world_size() == 1) return {mine};
+  const distributed::Communicator& world = runtime->world();
+  const auto ranks = static_cast<int64_t>(world.size());
+  Tensor length({1}, plx_dtype_i64());
+  *length.data<int64_t>() = static_cast<int64_t>(mine.size());
+  Tensor lengths({ranks}, plx_dtype_i64());
+  world.all_gather(length.view(), lengths.view());
+  const int64_t* each = lengths.data<int64_t>();
+  const int64_t longest = std::max<int64_t>(1, *std::max_element(each, each + ranks));
+  const DLDataType bytes = plx_dtype(static_cast<uint8_t>(kDLUInt), 8);
+  Tensor padded({longest}, bytes);
+  std::memcpy(padded.data<uint8_t>(), mine.data(), mine.size());
+  Tensor all({longest * ranks}, bytes);
+  world.all_gather(padded.view(), all.view());
+  if (world.rank() != 0) return {};
+  std::vector<std::string> texts;
+  for (int64_t r = 0; r < ranks; ++r)
+    texts.emplace_back(reinterpret_cast<const char*>(all.data<uint8_t>() + r * longest),
+                       static_cast<std::size_t>(each[r]));
+  return texts;
 }
 
 }  // namespace plexus

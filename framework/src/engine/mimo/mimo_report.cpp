@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/mimo/mimo_checkpoint.hpp"
+#include "engine/mimo/mimo_schedule.hpp"
 #include "engine/mimo/mimo_trainer_impl.hpp"
 #include "engine/stop_agreement.hpp"
 #include "plexus/core/checkpoint/checkpoint_dir.hpp"
@@ -72,12 +73,19 @@ void MimoTrainer::Impl::report_start(const TrainerEvents& events) {
     }
     described.push_back(std::move(record));
   }
-  write_metrics({{"event", "start"},
-                 {"mimo", true},
-                 {"steps", steps},
-                 {"global_batch", rows * microbatches},
-                 {"modules", std::move(described)}},
-                events);
+  boost::json::object start{{"event", "start"},
+                            {"mimo", true},
+                            {"steps", steps},
+                            {"global_batch", rows * microbatches},
+                            {"modules", std::move(described)}};
+  // Modules on ranks of their own form one pipeline, each rank at its place (mimo_schedule.hpp):
+  // what scripts/plot_trace.py compares a trace's bubbles with.
+  const bool apart =
+      std::count_if(modules.begin(), modules.end(), [](const MimoModule& m) { return m.here; }) == 1;
+  if (apart)
+    start["pipeline"] = {
+        {"stages", mimo_pipeline_stages(modules)}, {"virtual_stages", 1}, {"microbatches", microbatches}};
+  write_metrics(start, events);
   // Every sample has the same tokens: the language model's input of one, times the samples.
   tokens_per_step_ =
       rows * microbatches * data->language_batch(data->train_samples(0, 1, 0, 1)).tokens.numel();

@@ -50,8 +50,10 @@ void MimoTrainer::Impl::forward(std::size_t m, uint32_t k, const Microbatches& m
   Model& model = *models[m];
   if (!module.first_stage()) model.receive_chunk_input(0, k);
   if (!module.encoder && module.first_stage())
-    for (std::size_t e = 0; e < encoders(); ++e)
+    for (std::size_t e = 0; e < encoders(); ++e) {
+      const Timeline::Scope span(timeline.get(), "wait: " + modules[e].name + " rows", "comm", k);
       model.set_splice(0, k, e, bridges[e]->receive_outputs(k, mb.language_samples[k]));
+    }
   model.forward_chunk(0, k);
   if (!module.last_stage()) {
     model.send_chunk_output(0, k);
@@ -71,8 +73,10 @@ void MimoTrainer::Impl::backward(std::size_t m, uint32_t k) {
   Model& model = *models[m];
   if (!module.last_stage())
     model.receive_chunk_output_grad(0, k);
-  else if (module.encoder)
+  else if (module.encoder) {
+    const Timeline::Scope span(timeline.get(), "wait: rows' gradient", "comm", k);
     model.set_chunk_output_grad(0, k, bridges[m]->receive_grads(k));
+  }
   model.backward_chunk(0, k);
   if (!module.first_stage()) {
     model.send_chunk_input_grad(0, k);
@@ -172,9 +176,17 @@ double MimoTrainer::Impl::clip_norm() const {
 double MimoTrainer::Impl::train_step(int64_t step) {
   for (std::size_t m = 0; m < modules.size(); ++m)
     if (modules[m].here) updates[m]->begin_step(microbatches);
-  run_microbatches(start(step * microbatches, microbatches, true, false), true);
-  const double loss = finish_microbatches();
-  reduce_gradients();
+  double loss = 0;
+  {
+    const Timeline::Scope span(timeline.get(), "pipeline schedule", "step");
+    run_microbatches(start(step * microbatches, microbatches, true, false), true);
+    loss = finish_microbatches();
+  }
+  {
+    const Timeline::Scope span(timeline.get(), "gradient reduction", "comm");
+    reduce_gradients();
+  }
+  const Timeline::Scope span(timeline.get(), "optimizer (clip, AdamW)", "update");
   check_gradients_finite();
   const double norm = clip_norm();
   for (std::size_t m = 0; m < modules.size(); ++m)

@@ -54,6 +54,14 @@ void MimoTrainer::Impl::read_settings() {
   tensorboard_dir = std::string(rc.at("train").at("tensorboard_dir").as_string());
   writer = runtime == nullptr || runtime->rank() == 0;
   zero_modalities = rc.at("mimo").at("zero_modalities").as_bool();
+  if (rc.at("train").at("profile").as_bool())
+    throw config::ConfigError("train.profile",
+                              "a MIMO run has no step profile yet; train.trace records every module's "
+                              "forward and backward per microbatch on every rank (docs/mimo.md)");
+  if (const int64_t traced = rc.at("train").at("trace").at("steps").to_number<int64_t>(); traced > 0) {
+    trace_first = rc.at("train").at("trace").at("first_step").to_number<int64_t>() - 1;
+    trace_end = trace_first + traced;
+  }
 }
 
 // Module m's model, with its parameter names and, for the language model, the encoders' special
@@ -160,6 +168,7 @@ MimoTrainer::MimoTrainer(const PluginHost& host, boost::json::value run_config,
     t.bridges.push_back(std::make_unique<MimoBridge>(t.modules[e], t.language(), runtime, t.rows,
                                                      manifest.tokens_per_image, hidden,
                                                      static_cast<int32_t>(100 + 2 * e)));
+  if (t.trace_end > t.trace_first) t.start_trace();
 }
 
 MimoTrainer::~MimoTrainer() = default;
@@ -182,9 +191,11 @@ TrainResult MimoTrainer::run(const TrainerEvents& events) {
   detail::Progress progress(t.first_step, t.steps, t.log_interval);
   const auto due = [](int64_t done, int64_t interval) { return interval > 0 && done % interval == 0; };
   for (int64_t step = t.first_step; step < t.steps; ++step) {
+    t.trace_before_step(step);
     const auto began = std::chrono::steady_clock::now();
     const double loss = t.train_step(step);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    t.trace_after_step(step, events);
     result.losses.push_back(loss);
     result.steps_done = step + 1;
     t.report_step(step, loss, seconds, progress, events);

@@ -24,6 +24,7 @@
 #include "plexus/core/distributed/runtime.hpp"
 #include "plexus/core/engine/mimo_trainer.hpp"
 #include "plexus/core/engine/model.hpp"
+#include "plexus/core/engine/timeline.hpp"
 
 namespace plexus {
 
@@ -51,6 +52,10 @@ struct MimoTrainer::Impl {
   std::filesystem::path output_dir;
   MetricsLog metrics;                     // world rank 0's metrics.jsonl and TensorBoard
   std::filesystem::path tensorboard_dir;  // train.tensorboard_dir; empty: none
+  // train.trace: steps [trace_first, trace_end) (0-based) recorded on every rank, every module's
+  // stage calls, the bridge's and the pipeline's waits, the reduction and the optimizer.
+  std::unique_ptr<Timeline> timeline;
+  int64_t trace_first = -1, trace_end = -1;
 
   MimoModule& language() { return modules.back(); }
   Model* language_model() { return models.back().get(); }
@@ -92,6 +97,10 @@ struct MimoTrainer::Impl {
                    const TrainerEvents& events);
   void save(int64_t step, detail::Progress& progress, TrainResult& result, const TrainerEvents& events);
   std::optional<Interruption> agreed_stop(const TrainerEvents& events, int64_t step) const;
+  // mimo_trace.cpp: train.trace.
+  void start_trace();
+  void trace_before_step(int64_t step);
+  void trace_after_step(int64_t step, const TrainerEvents& events);
   void stop_run(const Interruption& stop, bool saved, detail::Progress& progress, TrainResult& result,
                 const TrainerEvents& events);
 

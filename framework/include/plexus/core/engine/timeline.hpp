@@ -69,4 +69,12 @@ class Timeline {
 // trace_events, replacing `path` atomically.
 void write_chrome_trace(const std::filesystem::path& path, const std::vector<std::string>& ranks_events);
 
+namespace distributed {
+class Runtime;
+}
+// Collective over the world: every rank's trace_events at world rank 0, in rank order (the other
+// ranks get nothing; without a runtime, `mine` alone). The spans travel over the job's world group
+// rather than through files, so the ranks need not share a file system.
+std::vector<std::string> gather_trace_events(const distributed::Runtime* runtime, const std::string& mine);
+
 }  // namespace plexus
