@@ -4,7 +4,8 @@
 // (colocated, 2 lanes each, and fan-out from an encoder over 2 tensor-parallel ranks), and with
 // the language model over 2 tensor-parallel ranks, pipelined (the language model over 2 stages,
 // both modules over 2 stages, Megatron's 8-rank hetero layout with tp 2 x pp 2), and sharded by a
-// data-parallel strategy per module (ZeRO-3 colocated; ZeRO-2 with pipelining), give the
+// data-parallel strategy per module (ZeRO-3 colocated; ZeRO-2 with pipelining), and an MoE
+// language model's experts over ep 2, give the
 // one-process run's losses and weights over 20 steps within 1e-6 and its Adam moments within 2e-6
 // (float32 sums in another order; a mis-scaled or misrouted gradient differs by percents); a run
 // stopped colocated resumes non-colocated; layouts the trainer cannot run are refused by name.
@@ -305,6 +306,28 @@ BOOST_AUTO_TEST_CASE(the_trace_shows_the_modules_pipeline) {
   BOOST_TEST(start.at("pipeline").at("microbatches") == 4);
 }
 
+// A mixture-of-experts language model (Megatron's MIMO example is an MoE VLM) with its 4 experts
+// divided over ep 2: the language lanes' tokens cross the module's ep group (language/ep) to the
+// experts' ranks and back, the experts' gradients are their own (expert_dp of 1), the norm sums
+// them over ep, and the checkpoint gathers every expert under its global name. images on rank 0
+// (64 samples), the language model on ranks 1 and 2 (32 each), against one process running the
+// same 2 microbatches of 32 (the router's balancing loss is per microbatch).
+const std::string kMoe =
+    " --set model.moe.layer_freq=1 --set "
+    "'model.moe.options={\"num_moe_experts\": 4, \"moe_router_topk\": 2, \"moe_aux_loss_coeff\": 0.01}'";
+
+BOOST_AUTO_TEST_CASE(mixture_of_experts_language_model_expert_parallel) {
+  const fs::path reference = runs().dir.path() / "moe_ref", out = runs().dir.path() / "moe_ep2";
+  runs().train(reference, 1, "--set train.micro_batch_size=32 --set train.microbatches=2" + kMoe);
+  runs().train(out, 3,
+               "--set train.micro_batch_size=32 --set train.exit_interval=10" + kMoe + " " +
+                   topology("{\"name\": \"images\", \"num_ranks\": 1}, {\"name\": \"language\", "
+                            "\"num_ranks\": 2, \"ep\": 2, \"rank_offset\": 1}"));
+  // Stopped at step 10 and resumed in one process: every expert is in the checkpoint.
+  runs().train(out, 1, "--set train.micro_batch_size=32 --set train.microbatches=2 --resume latest" + kMoe);
+  expect_same(reference, out);
+}
+
 BOOST_AUTO_TEST_CASE(layouts_it_cannot_run_are_refused_by_name) {
   const fs::path out = runs().dir.path() / "refused";
   const std::string grid = runs().refused(out, 2, "");
@@ -324,8 +347,8 @@ BOOST_AUTO_TEST_CASE(layouts_it_cannot_run_are_refused_by_name) {
       "--set " +
           quote("distributed.topology={\"component\": \"mimo\", \"options\": {\"modules\": [{\"name\": "
                 "\"images\", \"num_ranks\": 2}, {\"name\": \"language\", \"num_ranks\": 2, \"cp\": 2}]}}"));
-  BOOST_TEST(cp.find("module language has cp 2: MIMO modules are trained with data, tensor and pipeline "
-                     "parallelism") != std::string::npos,
+  BOOST_TEST(cp.find("module language has cp 2: MIMO modules are trained with data, tensor, pipeline and "
+                     "expert parallelism") != std::string::npos,
              cp);
   const std::string colocated = runs().refused(
       out, 2,

@@ -64,4 +64,42 @@ void read_tensor(Tensor& into, const checkpoint::SafetensorsFile& file,
   into.copy_from(shard);
 }
 
+// Every rank's name of the group, in group-rank order, on every rank (as fixed-size records).
+std::vector<std::string> gather_names(const distributed::Communicator& group, const std::string& name) {
+  constexpr int64_t kNameBytes = 512;
+  if (static_cast<int64_t>(name.size()) >= kNameBytes)
+    throw std::runtime_error("parameter name " + name + " is too long to gather for a checkpoint (limit " +
+                             std::to_string(kNameBytes - 1) + " bytes)");
+  const DLDataType bytes_type{kDLUInt, 8, 1};
+  const int64_t n = group.size();
+  Tensor my_name({kNameBytes}, bytes_type);
+  std::memset(my_name.raw(), 0, static_cast<std::size_t>(kNameBytes));
+  std::memcpy(my_name.raw(), name.data(), name.size());
+  Tensor names({n * kNameBytes}, bytes_type);
+  group.all_gather(my_name.view(), names.view());
+  std::vector<std::string> out;
+  for (int64_t r = 0; r < n; ++r) out.emplace_back(static_cast<const char*>(names.raw()) + r * kNameBytes);
+  return out;
+}
+
+// Every rank's (name, value) of the group, in group-rank order, on every rank.
+std::vector<NamedTensor> gather_named(const distributed::Communicator& group, const std::string& name,
+                                      const Tensor& value) {
+  const std::vector<std::string> names = gather_names(group, name);
+  const int64_t n = group.size();
+  const Tensor host = value.device().device_type == kDLCPU ? Tensor() : value.to(DLDevice{kDLCPU, 0});
+  const Tensor& mine = value.device().device_type == kDLCPU ? value : host;
+  Tensor values({n * mine.numel()}, mine.dtype());
+  group.all_gather(mine.view(), values.view());
+  std::vector<NamedTensor> out;
+  for (int64_t r = 0; r < n; ++r) {
+    NamedTensor& t =
+        out.emplace_back(NamedTensor{names[static_cast<std::size_t>(r)], Tensor(mine.shape(), mine.dtype())});
+    std::memcpy(t.value.raw(),
+                static_cast<const std::byte*>(values.raw()) + r * static_cast<int64_t>(mine.bytes()),
+                mine.bytes());
+  }
+  return out;
+}
+
 }  // namespace plexus

@@ -3,6 +3,9 @@
 // rank's shard (re-padding a vocabulary padded for another tp).
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "plexus/core/checkpoint/safetensors.hpp"
 #include "plexus/core/checkpoint/stored_tensor.hpp"
 #include "plexus/core/distributed/communicator.hpp"
@@ -25,5 +28,19 @@ Tensor gather_whole(const distributed::Communicator& tp, const TensorSplit& spli
 // file's rows differ) loads its rows up to the smaller padding, zeros beyond it.
 void read_tensor(Tensor& into, const checkpoint::SafetensorsFile& file,
                  const checkpoint::StoredTensor& stored, const TensorSplit& split);
+
+// A tensor every rank of a group holds a different one of (an MoE layer's experts under ep).
+struct NamedTensor {
+  std::string name;
+  Tensor value;
+};
+
+// Every rank's name of the group, in group-rank order, on every rank (collective over `group`).
+std::vector<std::string> gather_names(const distributed::Communicator& group, const std::string& name);
+
+// Every rank's (name, value) of the group, in group-rank order, on every rank, on the host
+// (collective over `group`; every rank's value of one shape).
+std::vector<NamedTensor> gather_named(const distributed::Communicator& group, const std::string& name,
+                                      const Tensor& value);
 
 }  // namespace plexus

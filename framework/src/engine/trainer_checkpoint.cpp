@@ -34,50 +34,6 @@ void write_stored(const checkpoint::StoredTensor& form, const Tensor& value, std
     std::memcpy(out.data(), bytes.data(), bytes.size());
 }
 
-// A tensor every rank of a group holds a different one of (an MoE layer's experts under ep).
-struct NamedTensor {
-  std::string name;
-  Tensor value;
-};
-
-// Every rank's name of the group, in group-rank order, on every rank (as fixed-size records).
-std::vector<std::string> gather_names(const distributed::Communicator& group, const std::string& name) {
-  constexpr int64_t kNameBytes = 512;
-  if (static_cast<int64_t>(name.size()) >= kNameBytes)
-    throw std::runtime_error("parameter name " + name + " is too long to gather for a checkpoint (limit " +
-                             std::to_string(kNameBytes - 1) + " bytes)");
-  const DLDataType bytes_type{kDLUInt, 8, 1};
-  const int64_t n = group.size();
-  Tensor my_name({kNameBytes}, bytes_type);
-  std::memset(my_name.raw(), 0, static_cast<std::size_t>(kNameBytes));
-  std::memcpy(my_name.raw(), name.data(), name.size());
-  Tensor names({n * kNameBytes}, bytes_type);
-  group.all_gather(my_name.view(), names.view());
-  std::vector<std::string> out;
-  for (int64_t r = 0; r < n; ++r) out.emplace_back(static_cast<const char*>(names.raw()) + r * kNameBytes);
-  return out;
-}
-
-// Every rank's (name, value) of the group, in group-rank order, on every rank.
-std::vector<NamedTensor> gather_named(const distributed::Communicator& group, const std::string& name,
-                                      const Tensor& value) {
-  const std::vector<std::string> names = gather_names(group, name);
-  const int64_t n = group.size();
-  const Tensor host = value.device().device_type == kDLCPU ? Tensor() : value.to(DLDevice{kDLCPU, 0});
-  const Tensor& mine = value.device().device_type == kDLCPU ? value : host;
-  Tensor values({n * mine.numel()}, mine.dtype());
-  group.all_gather(mine.view(), values.view());
-  std::vector<NamedTensor> out;
-  for (int64_t r = 0; r < n; ++r) {
-    NamedTensor& t =
-        out.emplace_back(NamedTensor{names[static_cast<std::size_t>(r)], Tensor(mine.shape(), mine.dtype())});
-    std::memcpy(t.value.raw(),
-                static_cast<const std::byte*>(values.raw()) + r * static_cast<int64_t>(mine.bytes()),
-                mine.bytes());
-  }
-  return out;
-}
-
 // A tensor a checkpoint must hold: its names and its in-memory shape, and whether its rows are
 // the padded vocabulary (PLX_PARAM_VOCABULARY: another padding loads).
 struct Wanted {

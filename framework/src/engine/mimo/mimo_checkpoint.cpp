@@ -34,24 +34,38 @@ void add(Packed& packed, const std::string& name, const Tensor& value, bool opti
   packed.values.insert(packed.values.end(), cpu.data<float>(), cpu.data<float>() + cpu.numel());
 }
 
-// The whole tensor of parameter p's `local` part: a tensor-parallel shard gathered over `tp`
-// (collective: every tp rank packs alike), on the host.
-Tensor whole_of(const Parameter& p, const Tensor& local, const distributed::Communicator* tp) {
-  return tp != nullptr && p.tp.split() ? gather_whole(*tp, p.tp, local) : local.to(DLDevice{kDLCPU, 0});
+// The whole tensor of parameter p's `local` part: a tensor-parallel shard gathered over the group
+// it is split over, tp or the experts' expert_tp (collective: every rank of it packs alike), on
+// the host.
+Tensor whole_of(const Model& model, const Parameter& p, const Tensor& local) {
+  return p.tp.split() ? gather_whole(*model.split_group(p.tp), p.tp, local) : local.to(DLDevice{kDLCPU, 0});
 }
 
-// `owned`: by parameter, whether this stage writes it (empty: every one).
-Packed pack(Model& model, ParameterUpdate& update, const distributed::Communicator* tp,
-            const std::vector<bool>& owned) {
+// Adds `value` under `name`, or, for an expert divided over `ep`, every ep rank's value under its
+// name there (collective over ep: every ep rank packs alike).
+void add_gathered(Packed& packed, const distributed::Communicator* ep, bool divided, const std::string& name,
+                  const Tensor& value, bool optimizer) {
+  if (ep == nullptr || !divided) {
+    add(packed, name, value, optimizer);
+    return;
+  }
+  for (const NamedTensor& t : gather_named(*ep, name, value)) add(packed, t.name, t.value, optimizer);
+}
+
+// `owned`: by parameter, whether this stage writes it (empty: every one); `ep`: the group the
+// module's experts are divided over (nullptr: none is).
+Packed pack(Model& model, ParameterUpdate& update, const std::vector<bool>& owned,
+            const distributed::Communicator* ep) {
   Packed packed;
   const ParameterStore& store = model.parameters();
   for (std::size_t p = 0; p < store.size(); ++p) {
     if (!owned.empty() && !owned[p]) continue;
-    add(packed, store[p].name, whole_of(store[p], update.saved_value(p), tp), false);
+    const bool divided = store[p].grad_group != "dp";  // as the plain trainer's checkpoint tells experts
+    add_gathered(packed, ep, divided, store[p].name, whole_of(model, store[p], update.saved_value(p)), false);
     if (store[p].is_buffer()) continue;
     for (int which = 0; which < 2; ++which)
-      add(packed, store[p].name + kMomentSuffix[which], whole_of(store[p], update.saved_moment(p, which), tp),
-          true);
+      add_gathered(packed, ep, divided, store[p].name + kMomentSuffix[which],
+                   whole_of(model, store[p], update.saved_moment(p, which)), true);
   }
   update.end_save();
   return packed;
@@ -131,15 +145,16 @@ std::filesystem::path save_mimo_checkpoint(const std::filesystem::path& root, in
   std::vector<Packed> packed;  // on world rank 0: every stage of every module
   for (std::size_t m = 0; m < modules.size(); ++m)
     for (int64_t s = 0; s < modules[m].stages; ++s) {
-      // The stage of the module's first lane packs it (its tp ranks gathering every shard; under a
-      // data-parallel strategy every lane, gathering the values over dp), its rank at the
-      // leader's tp position sends it.
+      // The stage of the module's first lane packs it (its tp ranks gathering every shard; every
+      // lane under a data-parallel strategy, gathering the values over dp, or with its experts
+      // divided over ep, gathering them), its rank at the leader's tp position sends it.
       const int32_t owner = modules[m].stage_rank.at(static_cast<std::size_t>(s));
       Packed mine;
-      const bool sharded = modules[m].here && models[m]->sharded() != nullptr;
-      if (modules[m].here && modules[m].stage == s && (modules[m].dp_rank == 0 || sharded)) {
+      const bool every_lane =
+          modules[m].here && (models[m]->sharded() != nullptr || modules[m].ep != nullptr);
+      if (modules[m].here && modules[m].stage == s && (modules[m].dp_rank == 0 || every_lane)) {
         const distributed::ModuleGroupScope scope(modules[m].name);
-        Packed packed_here = pack(*models[m], *updates[m], modules[m].tp, stages[m].owned);
+        Packed packed_here = pack(*models[m], *updates[m], stages[m].owned, modules[m].ep);
         if (modules[m].dp_rank == 0) mine = std::move(packed_here);
       }
       if (owner == 0) {

@@ -54,6 +54,8 @@ struct MimoModule {
   // By stage: the world rank holding that stage of lane 0 at the leader's tp position (it sends
   // the stage's tensors to the checkpoint's writer).
   std::vector<int32_t> stage_rank;
+  // Its ep group here, when of more than one rank: its MoE layers' experts are divided over it.
+  const distributed::Communicator* ep = nullptr;
 
   bool first_stage() const noexcept { return stage == 0; }
   bool last_stage() const noexcept { return stage + 1 == stages; }
@@ -63,8 +65,8 @@ struct MimoModule {
 // The encoders of mimo.modules, in order, then the language model; this rank's part of each from
 // the topology (every module on rank 0 without a runtime or with one rank). Throws
 // config::ConfigError naming the key: modules the topology does not lay out (or lays out and the
-// config does not name), a module with context or expert parallelism (not built for MIMO modules
-// yet), colocated modules with more than one pipeline stage, several ranks without the mimo
+// config does not name), a module with context parallelism (not built for MIMO modules yet),
+// colocated modules with more than one pipeline stage, several ranks without the mimo
 // topology.
 std::vector<MimoModule> mimo_modules(const boost::json::value& run_config,
                                      const distributed::Runtime* runtime);

@@ -83,6 +83,10 @@ void MimoTrainer::Impl::build_module(std::size_t m, const std::vector<int32_t>& 
   options.name_prefix = module.name_prefix;
   options.head_name_prefix = module.head_name_prefix;
   options.tensor_group = module.tp;
+  // The expert grid's tp (the module's expt_tp; Megatron's MIMO leaves it 1 unless set).
+  if (const distributed::Communicator* etp = runtime != nullptr ? runtime->group("expert_tp") : nullptr;
+      etp != nullptr && etp->size() > 1)
+    options.expert_tensor_group = etp;
   options.output_head = module.encoder;
   // More than one lane: the data-parallel strategy of distributed.data_parallel holds the
   // module's parameters over its own dp group (Megatron's MIMO runs a distributed optimizer per
@@ -120,6 +124,12 @@ void MimoTrainer::Impl::build_module(std::size_t m, const std::vector<int32_t>& 
   ranks.runtime = runtime;
   if (const distributed::Communicator* tp = module.tp; tp != nullptr)
     ranks.sum_over_tp = [tp](double local) { return tp->all_reduce(local, distributed::ReduceOp::sum); };
+  if (const distributed::Communicator* etp = options.expert_tensor_group; etp != nullptr)
+    ranks.sum_over_expert_tp = [etp](double local) {
+      return etp->all_reduce(local, distributed::ReduceOp::sum);
+    };
+  if (const distributed::Communicator* ep = module.ep; ep != nullptr)  // the experts divided over it
+    ranks.sum_over_ep = [ep](double local) { return ep->all_reduce(local, distributed::ReduceOp::sum); };
   if (const distributed::Communicator* pp = module.pp; pp != nullptr) {
     // Each stage holds part of the module: the norm adds them, a tied copy counts on its owner,
     // and the stages holding a tied parameter sum its gradient.
