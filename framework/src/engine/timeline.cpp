@@ -9,6 +9,7 @@
 #include "plexus/core/device.hpp"
 #include "plexus/core/distributed/runtime.hpp"
 #include "plexus/core/engine/tensor.hpp"
+#include "plexus/core/logging.hpp"
 
 namespace plexus {
 
@@ -107,6 +108,25 @@ std::vector<std::string> gather_trace_events(const distributed::Runtime* runtime
     texts.emplace_back(reinterpret_cast<const char*>(all.data<uint8_t>() + r * longest),
                        static_cast<std::size_t>(each[r]));
   return texts;
+}
+
+std::optional<boost::json::object> write_job_trace(Timeline& timeline, const distributed::Runtime* runtime,
+                                                   const std::string& process_name,
+                                                   const std::filesystem::path& output_dir,
+                                                   int64_t first_step, int64_t last_step) {
+  timeline.record(false);
+  const int64_t pid = runtime != nullptr ? runtime->rank() : 0;
+  const std::vector<std::string> texts =
+      gather_trace_events(runtime, timeline.trace_events(pid, process_name));
+  if (pid != 0) return std::nullopt;
+  const std::filesystem::path file = output_dir / "trace.json";
+  write_chrome_trace(file, texts);
+  log_info("trace", "steps " + std::to_string(first_step) + ".." + std::to_string(last_step) +
+                        " written to " + file.string() + " (scripts/plot_trace.py draws it)");
+  return boost::json::object{{"event", "trace"},
+                             {"file", file.filename().string()},
+                             {"first_step", first_step},
+                             {"last_step", last_step}};
 }
 
 }  // namespace plexus

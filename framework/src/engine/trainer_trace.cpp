@@ -1,7 +1,6 @@
 // train.trace: the steps it names are recorded on every rank (Timeline) and written by world
 // rank 0 as one Chrome / Perfetto trace, a process per rank (gather_trace_events).
 #include "engine/trainer_impl.hpp"
-#include "plexus/core/logging.hpp"
 
 namespace plexus {
 namespace {
@@ -26,20 +25,9 @@ void Trainer::Impl::trace_before_step(int64_t step) {
 
 void Trainer::Impl::trace_after_step(int64_t step, const TrainerEvents& events) {
   if (!timeline || !timeline->recording() || (step + 1 != trace_end && step + 1 != steps)) return;
-  timeline->record(false);
-  const int64_t pid = runtime != nullptr ? runtime->rank() : 0;
-  const std::vector<std::string> texts =
-      gather_trace_events(runtime, timeline->trace_events(pid, rank_name(runtime, pp, dp_rank)));
-  if (!writer) return;
-  const std::filesystem::path file = output_dir / "trace.json";
-  write_chrome_trace(file, texts);
-  log_info("trainer", "trace of steps " + std::to_string(trace_first + 1) + ".." + std::to_string(step + 1) +
-                          " written to " + file.string() + " (scripts/plot_trace.py draws it)");
-  write_metrics({{"event", "trace"},
-                 {"file", file.filename().string()},
-                 {"first_step", trace_first + 1},
-                 {"last_step", step + 1}},
-                events);
+  if (const auto record = write_job_trace(*timeline, runtime, rank_name(runtime, pp, dp_rank), output_dir,
+                                          trace_first + 1, step + 1))
+    write_metrics(*record, events);
 }
 
 }  // namespace plexus

@@ -9,6 +9,10 @@
 // its ends (as train.profile does), so a span is the work itself and not its launch.
 #pragma once
 
+#include <boost/json/object.hpp>
+
+#include <optional>
+
 #include <dlpack/dlpack.h>
 
 #include <chrono>
@@ -76,5 +80,14 @@ class Runtime;
 // ranks get nothing; without a runtime, `mine` alone). The spans travel over the job's world group
 // rather than through files, so the ranks need not share a file system.
 std::vector<std::string> gather_trace_events(const distributed::Runtime* runtime, const std::string& mine);
+
+// The end of a traced window, on every rank (collective over the world): recording stops, every
+// rank's events (this one's as process `process_name`) go to world rank 0, which writes
+// output_dir/trace.json and logs it. Returns the "trace" metrics record on world rank 0, nothing
+// elsewhere. Steps are 1-based.
+std::optional<boost::json::object> write_job_trace(Timeline& timeline, const distributed::Runtime* runtime,
+                                                   const std::string& process_name,
+                                                   const std::filesystem::path& output_dir,
+                                                   int64_t first_step, int64_t last_step);
 
 }  // namespace plexus
