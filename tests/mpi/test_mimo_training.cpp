@@ -359,6 +359,16 @@ BOOST_AUTO_TEST_CASE(layouts_it_cannot_run_are_refused_by_name) {
                      "(colocated): colocated modules run one pipeline stage each") != std::string::npos,
       colocated);
 
+  const std::string encoder_sp = runs().refused(
+      out, 2,
+      "--set mimo.modules[0].model.sequence_parallel=true " +
+          topology("{\"name\": \"images\", \"num_ranks\": 2, \"tp\": 2}, {\"name\": \"language\", "
+                   "\"num_ranks\": 2}"));
+  BOOST_TEST(
+      encoder_sp.find("mimo.modules[0].model.sequence_parallel: sequence parallelism is not built for a "
+                      "MIMO encoder") != std::string::npos,
+      encoder_sp);
+
   const std::string uneven =
       runs().refused(out, 3, "--set train.micro_batch_size=1 " + mimo_topology(2, 0, 1, 2));
   BOOST_TEST(uneven.find("train.micro_batch_size") != std::string::npos, uneven);

@@ -118,6 +118,12 @@ void MimoTrainer::Impl::build_module(std::size_t m, const std::vector<int32_t>& 
                                   ? "an encoder's head must hand its output on (an input projection "
                                     "such as vision.projection), not produce a loss"
                                   : "the language model's head must produce the loss");
+  // The bridge hands whole [samples, tokens, hidden] outputs over; an encoder's stream cut over tp
+  // (and the sums of its norms' partial gradients that would need) is not built.
+  if (module.encoder && model.sequence_parallel())
+    throw config::ConfigError(module.path + ".model.sequence_parallel",
+                              "sequence parallelism is not built for a MIMO encoder (its outputs go over "
+                              "the bridge whole): set it false");
   UpdateRanks ranks;
   ranks.dp = module.dp;
   ranks.dp_rank = module.dp_rank;
