@@ -11,6 +11,7 @@
 
 #include "plexus/cli.hpp"
 #include "plexus/commands.hpp"
+#include "plexus/core/engine/mimo_trainer.hpp"
 #include "plexus/core/engine/model.hpp"
 #include "plexus/core/engine/pipeline_layout.hpp"
 #include "plexus/core/json_text.hpp"
@@ -39,7 +40,9 @@ estimates them (with the connection's and the engine's tensors kept for the back
 totals their sum: with --cp N for a rank holding 1/N of each sequence under context
 parallelism (attention keeping one log-sum-exp per query row instead of the probabilities,
 Mamba-2 1/N of the heads over the whole sequence); the layers are built whole here, so the
-activations are tp 1's even with --tp. Nothing is trained and nothing is written.
+activations are tp 1's even with --tp. A MIMO config (mimo.modules) shows every module's model:
+each encoder under its name, then the language model (with --json: {"modules": [...]}, each
+with its "module" name). Nothing is trained and nothing is written.
   plexus model show --set 'model.pattern=M*M-' --set model.num_layers=4
   plexus model show --pp 2 --set distributed.pipeline.virtual_stages=2
   plexus model show --tp 4 --set model.num_attention_heads=8
@@ -129,7 +132,7 @@ boost::json::value optional_json(const std::optional<double>& value) {
   return value ? boost::json::value(*value) : boost::json::value(nullptr);
 }
 
-void print_json(const Shown& s) {
+boost::json::object to_json(const Shown& s) {
   boost::json::array units;
   for (std::size_t i = 0; i < s.rows.size(); ++i) {
     const Model::UnitSummary& row = s.rows[i];
@@ -145,21 +148,20 @@ void print_json(const Shown& s) {
     u["virtual_stage"] = s.stage_of(row).virtual_stage;
     units.push_back(std::move(u));
   }
-  const boost::json::object out{{"decoder", s.model.plan().summary},
-                                {"units", std::move(units)},
-                                {"parameters", s.total_parameters},
-                                {"pipeline_size", s.pipeline_size},
-                                {"tensor_parallel_size", s.tensor_size},
-                                {"padded_vocab_size", s.model.settings().padded_vocab_size},
-                                {"parameters_per_tp_rank", s.rank_parameters},
-                                {"bytes_per_tp_rank", s.rank_bytes},
-                                {"virtual_stages", s.layout.virtual_stages},
-                                {"flops_per_token", optional_json(s.total_flops)},
-                                {"context_parallel_size", s.context_size},
-                                {"micro_batch_size", s.micro_batch},
-                                {"stream_activation_bytes", s.activations.streams},
-                                {"activation_bytes_per_microbatch", optional_json(s.activations.total)}};
-  std::cout << json_text(out) << "\n";
+  return boost::json::object{{"decoder", s.model.plan().summary},
+                             {"units", std::move(units)},
+                             {"parameters", s.total_parameters},
+                             {"pipeline_size", s.pipeline_size},
+                             {"tensor_parallel_size", s.tensor_size},
+                             {"padded_vocab_size", s.model.settings().padded_vocab_size},
+                             {"parameters_per_tp_rank", s.rank_parameters},
+                             {"bytes_per_tp_rank", s.rank_bytes},
+                             {"virtual_stages", s.layout.virtual_stages},
+                             {"flops_per_token", optional_json(s.total_flops)},
+                             {"context_parallel_size", s.context_size},
+                             {"micro_batch_size", s.micro_batch},
+                             {"stream_activation_bytes", s.activations.streams},
+                             {"activation_bytes_per_microbatch", optional_json(s.activations.total)}};
 }
 
 void print_table(const Shown& s) {
@@ -192,7 +194,10 @@ void print_table(const Shown& s) {
             << s.total_parameters << "), "
             << (s.total_flops ? count_text(*s.total_flops) : std::string("unknown"))
             << " training FLOPs per token"
-            << " (the tied embedding and head share one matrix, counted once in the total)\n";
+            << (model.produces_loss() && model.settings().tied
+                    ? " (the tied embedding and head share one matrix, counted once in the total)"
+                    : "")
+            << "\n";
   if (s.tensor_size > 1)
     std::cout << "per tp rank of " << s.tensor_size << ": "
               << count_text(static_cast<double>(s.rank_parameters)) << " parameters (" << s.rank_parameters
@@ -264,14 +269,33 @@ int model_command(const std::vector<std::string>& args) {
       throw std::invalid_argument("--tp must be at least 1, got " + std::to_string(tensor_size));
     if (context_size < 1)
       throw std::invalid_argument("--cp must be at least 1, got " + std::to_string(context_size));
-    ModelOptions model_options;
-    model_options.padding_tp = tensor_size;
-    const Model model(host, run_config, model_options);
-    const Shown s = shown(model, run_config, tensor_size, pipeline_size, context_size);
-    if (json)
-      print_json(s);
-    else
-      print_table(s);
+    // A MIMO model (mimo.modules) shows each module's model: the encoders, then the language model.
+    std::vector<MimoModuleModel> modules;
+    if (is_mimo(run_config)) {
+      check_mimo_modules(host, run_config, {plugin_options.dirs(), plugin_options.allow_world_writable});
+      modules = mimo_module_models(run_config);
+    } else {
+      modules.push_back({"", run_config, {}});
+    }
+    boost::json::array shown_modules;
+    for (MimoModuleModel& module : modules) {
+      module.options.padding_tp = tensor_size;
+      const Model model(host, module.run_config, module.options);
+      const Shown s = shown(model, module.run_config, tensor_size, pipeline_size, context_size);
+      if (!json) {
+        if (!module.name.empty())
+          std::cout << (&module == &modules.front() ? "" : "\n") << "module " << module.name << ":\n";
+        print_table(s);
+      } else if (module.name.empty()) {
+        std::cout << json_text(to_json(s)) << "\n";
+      } else {
+        boost::json::object entry = to_json(s);
+        entry["module"] = module.name;
+        shown_modules.push_back(std::move(entry));
+      }
+    }
+    if (json && !shown_modules.empty())
+      std::cout << json_text(boost::json::object{{"modules", shown_modules}}) << "\n";
     return 0;
   });
 }

@@ -191,3 +191,33 @@ BOOST_AUTO_TEST_CASE(tp_splits_the_experts) {
   }
   BOOST_TEST(moe_units == 2);
 }
+
+// A MIMO config shows every module: the encoder under its name (its patch embedding's products
+// unknown to the engine, which does not know the pixels' shape; the rest counted), then the
+// language model, which is the model section shown alone. The language model's 21-token
+// sequences are odd: at cp 1 nothing is cut, so any length is shown.
+BOOST_AUTO_TEST_CASE(a_mimo_config_shows_every_module) {
+  const std::string config = " --config " + std::string(PLEXUS_SOURCE_DIR) + "/configs/mimo_digits.json";
+  const auto shown = run_process(kBin + "plexus model show --json" + config + " 2>/dev/null");
+  BOOST_TEST_REQUIRE(shown.status == 0, shown.output);
+  const auto modules = boost::json::parse(shown.output).at("modules").as_array();
+  BOOST_TEST_REQUIRE(modules.size() == 2u);
+  const auto& images = modules[0].as_object();
+  const auto& language = modules[1].as_object();
+  BOOST_TEST(images.at("module") == "images");
+  BOOST_TEST(language.at("module") == "language");
+  const auto& units = images.at("units").as_array();
+  BOOST_TEST(units.front().at("component") == "vision.patch_embedding");
+  BOOST_TEST(units.front().at("flops_per_token").is_null());
+  BOOST_TEST(units.back().at("component") == "vision.projection");
+  BOOST_TEST(units.back().at("flops_per_token").to_number<double>() > 0.0);
+  BOOST_TEST(images.at("flops_per_token").is_null());
+
+  const auto alone =
+      run_process(kBin + "plexus model show --json" + config + " --set 'mimo.modules=[]' 2>/dev/null");
+  BOOST_TEST_REQUIRE(alone.status == 0, alone.output);
+  const auto lm = boost::json::parse(alone.output).as_object();
+  BOOST_TEST(language.at("parameters") == lm.at("parameters"));
+  BOOST_TEST(language.at("flops_per_token") == lm.at("flops_per_token"));
+  BOOST_TEST(language.at("activation_bytes_per_microbatch").to_number<double>() > 0.0);
+}

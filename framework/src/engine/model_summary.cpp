@@ -42,7 +42,9 @@ std::vector<Model::UnitSummary> Model::summary() const {
         break;
       case UnitRole::head:
       case UnitRole::mtp_head:
-        inputs = {desc_of(hidden), desc_of(tokens)};
+        // An encoder's head (its output layer) reads the final norm's output only.
+        inputs = produces_loss_ ? std::vector<plx_tensor_desc>{desc_of(hidden), desc_of(tokens)}
+                                : std::vector<plx_tensor_desc>{desc_of(hidden)};
         break;
       case UnitRole::mtp_entry:
         inputs = {desc_of(hidden), desc_of(hidden)};
@@ -76,7 +78,10 @@ std::vector<Model::UnitSummary> Model::summary() const {
     // A layer split over tp estimates its share; the whole model's products are tp shares.
     const double shares =
         split && tensor_group_ != nullptr ? static_cast<double>(tensor_group_->size()) : 1.0;
-    if (const auto flops = unit->layer->estimate_flops(inputs))
+    // An encoder's embedding reads its own input (pixels cut into patches), whose trailing shape
+    // the engine does not know: its products are not estimated.
+    const bool encoder_input = unit->role == UnitRole::embedding && !produces_loss_;
+    if (const auto flops = encoder_input ? std::nullopt : unit->layer->estimate_flops(inputs))
       row.flops_per_token = shares * (flops->forward + flops->backward) / static_cast<double>(s) +
                             (unit->role == UnitRole::decoder ? connection_->flops_per_token() : 0.0);
     rows.push_back(std::move(row));
@@ -89,7 +94,10 @@ Model::ActivationEstimate Model::activation_estimate(int64_t micro_batch, uint32
   if (micro_batch < 1)
     throw std::invalid_argument("the micro-batch size must be at least 1, got " +
                                 std::to_string(micro_batch));
-  if (cp < 1 || whole % (2 * static_cast<int64_t>(cp)) != 0)
+  if (cp < 1)
+    throw std::invalid_argument("the context-parallel size must be at least 1, got " + std::to_string(cp));
+  // At cp 1 the sequences are whole: no cut, any length.
+  if (cp > 1 && whole % (2 * static_cast<int64_t>(cp)) != 0)
     throw std::invalid_argument("model.seq_length (" + std::to_string(whole) + ") cannot be cut into 2 x " +
                                 std::to_string(cp) + " context-parallel chunks: it must be a multiple of " +
                                 std::to_string(2 * static_cast<int64_t>(cp)));
@@ -121,6 +129,10 @@ Model::ActivationEstimate Model::activation_estimate(int64_t micro_batch, uint32
         break;
       case UnitRole::head:
       case UnitRole::mtp_head:
+        if (!produces_loss_) {  // an encoder's output layer: its output is handed on, not kept
+          inputs = {hidden};
+          break;
+        }
         inputs = {hidden, tokens};
         engine = bytes_of(unit->layer->output_desc(inputs));  // the loss and the logits
         break;
@@ -137,7 +149,9 @@ Model::ActivationEstimate Model::activation_estimate(int64_t micro_batch, uint32
         engine = connection_->kept_bytes_per_unit(stream_tokens, element);
         break;
     }
-    const std::optional<double> saved = unit->layer->estimate_activation_bytes(inputs, cp);
+    const bool encoder_input = unit->role == UnitRole::embedding && !produces_loss_;  // as in summary()
+    const std::optional<double> saved =
+        encoder_input ? std::nullopt : unit->layer->estimate_activation_bytes(inputs, cp);
     out.units.push_back(saved ? std::optional<double>(*saved + engine) : std::nullopt);
     if (!saved) out.total.reset();
     if (out.total) *out.total += *out.units.back();

@@ -202,4 +202,23 @@ std::vector<MimoModule> mimo_modules(const boost::json::value& run_config,
   return modules;
 }
 
+ModelOptions module_model_options(const std::vector<MimoModule>& modules, std::size_t m) {
+  ModelOptions options;
+  options.name_prefix = modules[m].name_prefix;
+  options.head_name_prefix = modules[m].head_name_prefix;
+  options.output_head = modules[m].encoder;
+  if (!modules[m].encoder)
+    for (const MimoModule& e : modules)
+      if (e.encoder) options.splice_tokens.push_back(e.special_token);
+  return options;
+}
+
+std::vector<MimoModuleModel> mimo_module_models(const boost::json::value& run_config) {
+  const std::vector<MimoModule> modules = mimo_modules(run_config, nullptr);
+  std::vector<MimoModuleModel> out;
+  for (std::size_t m = 0; m < modules.size(); ++m)
+    out.push_back({modules[m].name, modules[m].run_config, module_model_options(modules, m)});
+  return out;
+}
+
 }  // namespace plexus

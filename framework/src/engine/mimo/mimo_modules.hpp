@@ -10,6 +10,7 @@
 
 #include "plexus/core/config.hpp"
 #include "plexus/core/data/multimodal_dataset.hpp"
+#include "plexus/core/engine/model.hpp"
 
 namespace plexus {
 
@@ -75,6 +76,10 @@ std::vector<MimoModule> mimo_modules(const boost::json::value& run_config,
 // "model..." paths are `module_path`.model... ("mimo.modules[0].model.num_layers"); the
 // language model's ("model") are as they are.
 config::ConfigError at_module(const config::ConfigError& e, const std::string& module_path);
+
+// The model options of module `m` every layout shares: its names' prefixes, an encoder's output
+// head, and for the language model the encoders' special tokens (`modules`' order).
+ModelOptions module_model_options(const std::vector<MimoModule>& modules, std::size_t m);
 
 // The run config of encoder module `index` of mimo.modules: the run config with its model section
 // in place of "model" (the checks of check_mimo_modules fill its defaults).

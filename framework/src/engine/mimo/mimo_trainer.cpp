@@ -65,9 +65,9 @@ void MimoTrainer::Impl::read_settings() {
 }
 
 // Module m's model, with its parameter names and, for the language model, the encoders' special
-// tokens to splice; its parameter update (a data-parallel strategy's over its lanes, or AdamW over
-// the whole store for one lane); its initial values.
-void MimoTrainer::Impl::build_module(std::size_t m, const std::vector<int32_t>& special_tokens) {
+// tokens to splice (module_model_options), cut for this rank's groups; its parameter update (a data-parallel
+// strategy's over its lanes, or AdamW over the whole store for one lane); its initial values.
+void MimoTrainer::Impl::build_module(std::size_t m) {
   const MimoModule& module = modules[m];
   if (module.encoder) patch_sizes.push_back(patch_size_of(module));
   stages.emplace_back();
@@ -79,20 +79,16 @@ void MimoTrainer::Impl::build_module(std::size_t m, const std::vector<int32_t>& 
   }
   // Its layers find their module's groups ("tp" is "<module>/tp") while it is built and run.
   const distributed::ModuleGroupScope scope(module.name);
-  ModelOptions options;
-  options.name_prefix = module.name_prefix;
-  options.head_name_prefix = module.head_name_prefix;
+  ModelOptions options = module_model_options(modules, m);
   options.tensor_group = module.tp;
   // The expert grid's tp (the module's expt_tp; Megatron's MIMO leaves it 1 unless set).
   if (const distributed::Communicator* etp = runtime != nullptr ? runtime->group("expert_tp") : nullptr;
       etp != nullptr && etp->size() > 1)
     options.expert_tensor_group = etp;
-  options.output_head = module.encoder;
   // More than one lane: the data-parallel strategy of distributed.data_parallel holds the
   // module's parameters over its own dp group (Megatron's MIMO runs a distributed optimizer per
   // module), so none is allocated whole here.
   options.deferred_parameters = module.dp != nullptr;
-  if (!module.encoder) options.splice_tokens = special_tokens;
   if (module.pp != nullptr) {  // this rank builds its stage's layers
     const PipelineLayout layout = [&] {
       try {
@@ -177,8 +173,7 @@ MimoTrainer::MimoTrainer(const PluginHost& host, boost::json::value run_config,
                                   std::string(path.as_string()) + " puts the image's embeddings at token " +
                                   std::to_string(manifest.special_token));
   t.rows = t.micro_batch_size * t.language().dp_size;
-  const std::vector<int32_t> special_tokens{t.modules[0].special_token};
-  for (std::size_t m = 0; m < t.modules.size(); ++m) t.build_module(m, special_tokens);
+  for (std::size_t m = 0; m < t.modules.size(); ++m) t.build_module(m);
   const int64_t hidden = t.run_config.at("model").at("hidden_size").to_number<int64_t>();
   for (std::size_t e = 0; e < t.encoders(); ++e)
     t.bridges.push_back(std::make_unique<MimoBridge>(t.modules[e], t.language(), runtime, t.rows,

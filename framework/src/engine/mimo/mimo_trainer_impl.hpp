@@ -64,7 +64,7 @@ struct MimoTrainer::Impl {
 
   // mimo_trainer.cpp: building.
   void read_settings();
-  void build_module(std::size_t m, const std::vector<int32_t>& special_tokens);
+  void build_module(std::size_t m);
 
   // mimo_step.cpp: a step.
   struct Microbatches {

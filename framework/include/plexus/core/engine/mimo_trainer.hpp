@@ -6,15 +6,19 @@
 // their special tokens' embeddings in the language model's input (the splice).
 //
 // One process runs every module on rank 0. Under the "mimo" topology each module runs on its own
-// ranks (non-colocated) or every module on every rank (colocated), with data parallelism inside
-// each module; the encoders' outputs reach the language model's lanes over a bridge that splits
-// or joins batches when the modules' data-parallel sizes differ (fan-in, fan-out).
+// ranks (non-colocated) or every module on every rank (colocated), with data, tensor, pipeline
+// and expert parallelism inside each module; the encoders' outputs reach the language model's
+// lanes over a bridge that splits or joins batches when the modules' data-parallel sizes differ
+// (fan-in, fan-out).
 #pragma once
 
 #include <boost/json/value.hpp>
 #include <filesystem>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "plexus/core/engine/model.hpp"
 #include "plexus/core/engine/trainer.hpp"
 #include "plexus/core/plugin_host.hpp"
 #include "plexus/core/run_config.hpp"
@@ -33,6 +37,18 @@ bool is_mimo(const boost::json::value& run_config);
 // defaults filled in, errors named at mimo.modules[i].model.<key>. Call after
 // load_configured_plugins and check_components. Throws config::ConfigError or PluginError.
 void check_mimo_modules(PluginHost& host, boost::json::value& run_config, const PluginLoadOptions& options);
+
+// A module of a MIMO model as its Model is built: its name ("images", "language"), its run
+// config (an encoder's model section in place of "model") and the model options every layout
+// shares (its parameter names' prefixes, an encoder's output head, the language model's special
+// tokens). The encoders in mimo.modules' order, then the language model. For a run config that
+// check_mimo_modules has checked.
+struct MimoModuleModel {
+  std::string name;
+  boost::json::value run_config;
+  ModelOptions options;
+};
+std::vector<MimoModuleModel> mimo_module_models(const boost::json::value& run_config);
 
 class MimoTrainer {
  public:
