@@ -146,9 +146,10 @@ def available_peers(args):
     return names
 
 
-def torch_step_seconds(args, config, peer, workdir):
-    """One run of a PyTorch peer (bench/torch_train_peer.py) in a process of its own, so that the
-    thread settings it needs at load time are in its environment."""
+def torch_step_seconds(args, config, peer, workdir, script="torch_train_peer.py", extra=None):
+    """One run of a PyTorch peer (bench/torch_train_peer.py, or `script` with `extra` added to its
+    spec) in a process of its own, so that the thread settings it needs at load time are in its
+    environment."""
     python, mode = PEERS[peer]
     python = python or str(bench_python(args))
     spec = pathlib.Path(workdir) / f"peer-{time.monotonic_ns()}.json"
@@ -158,11 +159,11 @@ def torch_step_seconds(args, config, peer, workdir):
     torch_threads = 1 if openblas_pool else args.threads
     spec.write_text(json.dumps({"config": config, "threads": torch_threads, "steps": args.steps,
                                 "warmup": args.warmup, "mode": mode, "device": args.device,
-                                "precision": args.precision}))
+                                "precision": args.precision, **(extra or {})}))
     env = dict(os.environ, OMP_NUM_THREADS=str(torch_threads),
                OPENBLAS_NUM_THREADS=str(args.threads if openblas_pool else 1),
                MKL_NUM_THREADS=str(args.threads))
-    run = subprocess.run([python, str(ROOT / "bench" / "torch_train_peer.py"), str(spec)],
+    run = subprocess.run([python, str(ROOT / "bench" / script), str(spec)],
                          capture_output=True, text=True, env=env)
     if run.returncode != 0:
         sys.exit(f"train_vs_torch: peer {peer} failed (exit {run.returncode}):\n{run.stderr[-4000:]}")
