@@ -359,6 +359,13 @@ BOOST_AUTO_TEST_CASE(layouts_it_cannot_run_are_refused_by_name) {
                      "(colocated): colocated modules run one pipeline stage each") != std::string::npos,
       colocated);
 
+  const std::string layers = runs().refused(
+      out, 4,
+      topology("{\"name\": \"images\", \"num_ranks\": 1}, {\"name\": \"language\", \"num_ranks\": 3, "
+               "\"pp\": 3, \"rank_offset\": 1}"));
+  BOOST_TEST(layers.find("module language (pp 3): pp = 3 does not divide the decoder's 2 logical layers") !=
+                 std::string::npos,
+             layers);
   const std::string encoder_sp = runs().refused(
       out, 2,
       "--set mimo.modules[0].model.sequence_parallel=true " +

@@ -96,7 +96,12 @@ void MimoTrainer::Impl::build_module(std::size_t m) {
                                PipelineSettings::from_run_config(module.run_config),
                                static_cast<uint32_t>(module.stages));
       } catch (const config::ConfigError& e) {
-        throw at_module(e, module.path);
+        // The stages' count is the module's pp: say whose.
+        std::vector<config::Problem> problems;
+        for (const config::Problem& p : at_module(e, module.path).problems())
+          problems.push_back({p.path, "module " + module.name + " (pp " + std::to_string(module.stages) +
+                                          "): " + p.message});
+        throw config::ConfigError(std::move(problems));
       }
     }();
     if (layout.virtual_stages > 1)
