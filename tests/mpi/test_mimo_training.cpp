@@ -89,6 +89,14 @@ Runs& runs() {
 }
 
 void expect_same(const fs::path& reference, const fs::path& run) {
+  // The start record counts each module's parameters in all, whichever ranks hold them.
+  const auto modules = [](const fs::path& dir) {
+    return records(dir / "metrics.jsonl", "start").at(0).at("modules").as_array();
+  };
+  const auto ours = modules(run), theirs = modules(reference);
+  BOOST_TEST_REQUIRE(ours.size() == theirs.size());
+  for (std::size_t m = 0; m < ours.size(); ++m)
+    BOOST_TEST(ours[m].at("parameters") == theirs[m].at("parameters"), boost::json::serialize(ours[m]));
   const RunDifference d = compare_runs(reference, run, 20);
   BOOST_TEST(d.losses <= kTolerance);
   BOOST_TEST(d.weights <= kTolerance);

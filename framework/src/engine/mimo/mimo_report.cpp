@@ -57,20 +57,38 @@ void MimoTrainer::Impl::write_metrics(const boost::json::object& record, const T
   if (writer) metrics.write(record, events);
 }
 
+// Each module's parameters in all, on every rank (collective over the world): its first lane's
+// leader of each stage counts the stage's whole tensors (a tied copy on its owner stage, an
+// expert divided over ep once per ep rank).
+std::vector<double> MimoTrainer::Impl::module_parameters() const {
+  std::vector<double> counts(modules.size(), 0.0);
+  for (std::size_t m = 0; m < modules.size(); ++m) {
+    if (!modules[m].here || modules[m].dp_rank != 0 || !modules[m].leader) continue;
+    const ParameterStore& store = models[m]->parameters();
+    const double ep = modules[m].ep != nullptr ? static_cast<double>(modules[m].ep->size()) : 1.0;
+    for (std::size_t p = 0; p < store.size(); ++p) {
+      if (!stages[m].owned.empty() && !stages[m].owned[p]) continue;
+      counts[m] += static_cast<double>(store[p].whole_numel()) * (store[p].grad_group != "dp" ? ep : 1.0);
+    }
+  }
+  if (runtime != nullptr && runtime->world_size() > 1) {
+    const Tensor view = Tensor::borrowed(counts.data(), {static_cast<int64_t>(counts.size())},
+                                         plx_dtype_f64(), DLDevice{kDLCPU, 0});
+    runtime->world().all_reduce(view.view(), distributed::ReduceOp::sum);
+  }
+  return counts;
+}
+
 void MimoTrainer::Impl::report_start(const TrainerEvents& events) {
+  const std::vector<double> parameters = module_parameters();
   boost::json::array described;
   for (std::size_t m = 0; m < modules.size(); ++m) {
     boost::json::object record{{"name", modules[m].name},
                                {"dp", modules[m].dp_size},
-                               {"ranks", boost::json::value_from(modules[m].lane_rank)}};
-    if (models[m]) {
-      int64_t parameters = 0;
-      for (std::size_t p = 0; p < models[m]->parameters().size(); ++p)
-        parameters += models[m]->parameters()[p].numel();
-      record["parameters"] = parameters;
-      record["stages"] = modules[m].stages;
-      record["data_parallel"] = updates[m]->describe();  // the strategy's, or "component": null
-    }
+                               {"ranks", boost::json::value_from(modules[m].lane_rank)},
+                               {"parameters", static_cast<int64_t>(parameters[m])},
+                               {"stages", modules[m].stages}};
+    if (models[m]) record["data_parallel"] = updates[m]->describe();  // the strategy's, or "component": null
     described.push_back(std::move(record));
   }
   boost::json::object start{{"event", "start"},

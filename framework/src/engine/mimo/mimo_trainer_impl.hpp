@@ -88,6 +88,7 @@ struct MimoTrainer::Impl {
     std::vector<int64_t> examples, predicted, expected;
   };
   Evaluation evaluate();
+  std::vector<double> module_parameters() const;
   void open_metrics();
   void write_metrics(const boost::json::object& record, const TrainerEvents& events);
   void report_start(const TrainerEvents& events);
