@@ -82,7 +82,7 @@ double AdamW::squared_norm() const {
   for (std::size_t i = 0; i < params_->size(); ++i)
     if (!(*params_)[i].is_buffer() && (counted_.empty() || counted_[i])) {
       const Parameter& p = (*params_)[i];
-      const bool divide = divided_sum_ && p.grad_group != "dp";
+      const bool divide = divided_sum_ && p.divided_over_ep();
       const Split s = split_of(p);
       if (s != whole)
         (divide ? divided_split : split)[s].push_back(&p.grad);

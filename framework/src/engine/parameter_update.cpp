@@ -361,6 +361,11 @@ std::unique_ptr<ParameterUpdate> make_sharded_update(const PluginHost& host,
   return std::make_unique<ShardedUpdate>(host, run_config, model, runtime, settings, ranks);
 }
 
+std::function<double(double)> sum_over(const distributed::Communicator* group) {
+  if (group == nullptr || group->size() <= 1) return {};
+  return [group](double local) { return group->all_reduce(local, distributed::ReduceOp::sum); };
+}
+
 void add_pipeline_stages(UpdateRanks& ranks, const distributed::Communicator& pp,
                          const PipelineStages& stages) {
   ranks.sum_over_stages = [&pp](double local) { return pp.all_reduce(local, distributed::ReduceOp::sum); };

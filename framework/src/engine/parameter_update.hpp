@@ -93,6 +93,10 @@ struct UpdateRanks {
   const distributed::Runtime* runtime = nullptr;
 };
 
+// The sum of a value over `group`'s ranks (collective), or unset for a group of one rank or none:
+// what UpdateRanks' sums are made of.
+std::function<double(double)> sum_over(const distributed::Communicator* group);
+
 // Pipeline parallelism: the store is one stage's part of the model (`stages`, gathered over `pp`;
 // both must outlive the update): the norm sums the stages, in the whole model's order, and a tied
 // copy counts on its owner stage only.

@@ -19,7 +19,7 @@ std::string describe(const ParameterStore& params, const std::vector<uint32_t>& 
     boost::json::array shape;
     for (int64_t d : params[p].shape) shape.push_back(d);
     out.push_back(boost::json::array{params[p].name, params[p].te_name, std::move(shape),
-                                     params[p].is_buffer(), params[p].grad_group != "dp", chunk_of.at(p)});
+                                     params[p].is_buffer(), params[p].divided_over_ep(), chunk_of.at(p)});
   }
   return boost::json::serialize(out);
 }

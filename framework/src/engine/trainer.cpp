@@ -38,14 +38,6 @@ void require_supported_parallelism(const distributed::Runtime& runtime, int64_t 
                                   std::to_string(2 * cp->size()));
 }
 
-// The sum of a value over the ranks of an ep group of more than one rank (the experts of a layer
-// are divided over it), or nothing when there is none.
-std::function<double(double)> sum_over_divided_experts(const distributed::Runtime* runtime) {
-  const distributed::Communicator* ep = runtime != nullptr ? runtime->group("ep") : nullptr;
-  if (ep == nullptr || ep->size() <= 1) return {};
-  return [ep](double local) { return ep->all_reduce(local, distributed::ReduceOp::sum); };
-}
-
 // Every group of more than one rank, by kind, with what it has carried so far.
 std::vector<std::pair<std::string, distributed::Traffic>> traffic_now(const distributed::Runtime* runtime) {
   std::vector<std::pair<std::string, distributed::Traffic>> out;
@@ -172,14 +164,11 @@ Trainer::Trainer(const PluginHost& host, boost::json::value run_config, std::uni
   UpdateRanks ranks;
   ranks.dp = t.dp;
   ranks.dp_rank = t.dp_rank;
-  ranks.sum_over_ep = sum_over_divided_experts(runtime);
+  // The experts of a layer are divided over the ep group.
+  ranks.sum_over_ep = sum_over(runtime != nullptr ? runtime->group("ep") : nullptr);
   ranks.runtime = runtime;
-  if (const distributed::Communicator* tp = options.tensor_group; tp != nullptr)
-    ranks.sum_over_tp = [tp](double local) { return tp->all_reduce(local, distributed::ReduceOp::sum); };
-  if (const distributed::Communicator* etp = options.expert_tensor_group; etp != nullptr)
-    ranks.sum_over_expert_tp = [etp](double local) {
-      return etp->all_reduce(local, distributed::ReduceOp::sum);
-    };
+  ranks.sum_over_tp = sum_over(options.tensor_group);
+  ranks.sum_over_expert_tp = sum_over(options.expert_tensor_group);
   if (t.pp != nullptr) {
     // Each stage holds part of the model: the norm adds them, a tied copy counts on its owner, and
     // the stages holding a tied parameter sum its gradient (the embedding group).

@@ -236,7 +236,7 @@ std::filesystem::path Trainer::Impl::save_checkpoint(int64_t steps_done) {
           [&, p](const auto& form, std::span<std::byte> out) { write_stored(form, params[p].value, out); });
       continue;
     }
-    if (experts_divided && param.grad_group != "dp") {
+    if (experts_divided && param.divided_over_ep()) {
       const std::vector<checkpoint::TensorNames> ranks = expert_names(*ep, names);
       for (std::size_t r = 0; r < ranks.size(); ++r)
         add(model_entries, p, ranks[r], [&, p, r](const auto& form, std::span<std::byte> out) {
@@ -434,7 +434,7 @@ void Trainer::Impl::load_tensors(const std::filesystem::path& dir,
   if (const distributed::Communicator* ep = runtime != nullptr ? runtime->group("ep") : nullptr;
       ep != nullptr && ep->size() > 1) {
     for (std::size_t p = 0; p < params.size(); ++p) {
-      if (params[p].grad_group == "dp") continue;
+      if (!params[p].divided_over_ep()) continue;
       const int64_t mine = ep->rank();
       const std::vector<checkpoint::TensorNames> ranks = expert_names(*ep, parameters[p].names);
       for (std::size_t r = 0; r < ranks.size(); ++r) {

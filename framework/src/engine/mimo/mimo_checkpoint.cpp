@@ -60,7 +60,7 @@ Packed pack(Model& model, ParameterUpdate& update, const std::vector<bool>& owne
   const ParameterStore& store = model.parameters();
   for (std::size_t p = 0; p < store.size(); ++p) {
     if (!owned.empty() && !owned[p]) continue;
-    const bool divided = store[p].grad_group != "dp";  // as the plain trainer's checkpoint tells experts
+    const bool divided = store[p].divided_over_ep();
     add_gathered(packed, ep, divided, store[p].name, whole_of(model, store[p], update.saved_value(p)), false);
     if (store[p].is_buffer()) continue;
     for (int which = 0; which < 2; ++which)

@@ -68,7 +68,7 @@ std::vector<double> MimoTrainer::Impl::module_parameters() const {
     const double ep = modules[m].ep != nullptr ? static_cast<double>(modules[m].ep->size()) : 1.0;
     for (std::size_t p = 0; p < store.size(); ++p) {
       if (!stages[m].owned.empty() && !stages[m].owned[p]) continue;
-      counts[m] += static_cast<double>(store[p].whole_numel()) * (store[p].grad_group != "dp" ? ep : 1.0);
+      counts[m] += static_cast<double>(store[p].whole_numel()) * (store[p].divided_over_ep() ? ep : 1.0);
     }
   }
   if (runtime != nullptr && runtime->world_size() > 1) {

@@ -81,6 +81,9 @@ struct Parameter {
   // Whole on every tp rank with a gradient of this rank's tokens only (PLX_PARAM_SEQUENCE_PARALLEL):
   // summed over tp once the data-parallel reduction is done.
   bool partial_over_tp() const noexcept { return (flags & PLX_PARAM_SEQUENCE_PARALLEL) != 0; }
+  // Its gradient is reduced over a group of its own, not dp: an MoE layer's expert, which each rank
+  // of an ep group holds a different one of (its replicas are the expert_dp group's).
+  bool divided_over_ep() const noexcept { return grad_group != "dp"; }
   // Its rows are the padded vocabulary (PLX_PARAM_VOCABULARY): a checkpoint padded otherwise loads.
   bool vocabulary_rows() const noexcept { return (flags & PLX_PARAM_VOCABULARY) != 0; }
 };
