@@ -60,7 +60,6 @@ struct MimoModule {
 
   bool first_stage() const noexcept { return stage == 0; }
   bool last_stage() const noexcept { return stage + 1 == stages; }
-  bool at_bridge() const noexcept { return here && (encoder ? last_stage() : first_stage()); }
 };
 
 // The encoders of mimo.modules, in order, then the language model; this rank's part of each from

@@ -64,9 +64,90 @@ void MimoTrainer::Impl::read_settings() {
   }
 }
 
-// Module m's model, with its parameter names and, for the language model, the encoders' special
-// tokens to splice (module_model_options), cut for this rank's groups; its parameter update (a data-parallel
-// strategy's over its lanes, or AdamW over the whole store for one lane); its initial values.
+// The expert grid's tp group of the module in scope (its expt_tp; Megatron's MIMO leaves it 1
+// unless set), when of more than one rank.
+const distributed::Communicator* MimoTrainer::Impl::expert_tensor_group() const {
+  const distributed::Communicator* etp = runtime != nullptr ? runtime->group("expert_tp") : nullptr;
+  return etp != nullptr && etp->size() > 1 ? etp : nullptr;
+}
+
+// Module m's model options on this rank: its names and splice tokens (module_model_options), its
+// groups, and, pipelined, its stage's chunk.
+ModelOptions MimoTrainer::Impl::module_options(std::size_t m) const {
+  const MimoModule& module = modules[m];
+  ModelOptions options = module_model_options(modules, m);
+  options.tensor_group = module.tp;
+  options.expert_tensor_group = expert_tensor_group();
+  // More than one lane: the data-parallel strategy of distributed.data_parallel holds the
+  // module's parameters over its own dp group (Megatron's MIMO runs a distributed optimizer per
+  // module), so none is allocated whole here.
+  options.deferred_parameters = module.dp != nullptr;
+  if (module.pp == nullptr) return options;
+  const PipelineLayout layout = [&] {
+    try {
+      return pipeline_layout(plan_decoder(*host, module.run_config),
+                             PipelineSettings::from_run_config(module.run_config),
+                             static_cast<uint32_t>(module.stages));
+    } catch (const config::ConfigError& e) {
+      // The stages' count is the module's pp: say whose.
+      std::vector<config::Problem> problems;
+      for (const config::Problem& p : at_module(e, module.path).problems())
+        problems.push_back(
+            {p.path, "module " + module.name + " (pp " + std::to_string(module.stages) + "): " + p.message});
+      throw config::ConfigError(std::move(problems));
+    }
+  }();
+  if (layout.virtual_stages > 1)
+    throw config::ConfigError("distributed.pipeline.virtual_stages",
+                              module.name + " would run " + std::to_string(layout.virtual_stages) +
+                                  " chunks per pipeline stage, but a MIMO module runs one (set 1)");
+  options.placement = layout.placement_of(static_cast<uint32_t>(module.stage));
+  options.pipeline_group = module.pp;
+  options.model_chunks = static_cast<uint32_t>(layout.chunks.size());
+  return options;
+}
+
+// What a module's model must be to join the others: an encoder's head hands its output on, the
+// language model's produces the loss; an encoder's outputs cross the bridge whole.
+void MimoTrainer::Impl::check_module_model(const MimoModule& module, const Model& model) const {
+  if (module.encoder == model.produces_loss())
+    throw config::ConfigError(module.encoder ? module.path + ".model.head.component" : "model.head.component",
+                              module.encoder
+                                  ? "an encoder's head must hand its output on (an input projection "
+                                    "such as vision.projection), not produce a loss"
+                                  : "the language model's head must produce the loss");
+  // An encoder's stream cut over tp (and the sums of its norms' partial gradients that would
+  // need) is not built.
+  if (module.encoder && model.sequence_parallel())
+    throw config::ConfigError(module.path + ".model.sequence_parallel",
+                              "sequence parallelism is not built for a MIMO encoder (its outputs go over "
+                              "the bridge whole): set it false");
+}
+
+// What module m's update sums its norm over; pipelined, the stages' parameters (stages[m]) and
+// the stages holding a tied parameter (tied_groups[m]) too (collective over the module's pp).
+UpdateRanks MimoTrainer::Impl::module_update_ranks(std::size_t m, const Model& model) {
+  const MimoModule& module = modules[m];
+  UpdateRanks ranks;
+  ranks.dp = module.dp;
+  ranks.dp_rank = module.dp_rank;
+  ranks.runtime = runtime;
+  ranks.sum_over_tp = sum_over(module.tp);
+  ranks.sum_over_expert_tp = sum_over(expert_tensor_group());
+  ranks.sum_over_ep = sum_over(module.ep);  // the experts divided over it
+  if (const distributed::Communicator* pp = module.pp; pp != nullptr) {
+    // Each stage holds part of the module: the norm adds them, a tied copy counts on its owner,
+    // and the stages holding a tied parameter sum its gradient.
+    stages[m] = gather_pipeline_stages(*pp, model.parameters(), model.parameter_chunks());
+    add_pipeline_stages(ranks, *pp, stages[m]);
+    tied_groups[m] = pp->split(stages[m].holds_shared() ? 0 : -1, pp->rank(), module.name + " embedding");
+  }
+  return ranks;
+}
+
+// Module m on this rank: its model (built while its groups are in scope: "tp" is "<module>/tp"),
+// its parameter update (a data-parallel strategy's over its lanes, or AdamW over the whole store
+// for one lane), its initial values.
 void MimoTrainer::Impl::build_module(std::size_t m) {
   const MimoModule& module = modules[m];
   if (module.encoder) patch_sizes.push_back(patch_size_of(module));
@@ -77,73 +158,10 @@ void MimoTrainer::Impl::build_module(std::size_t m) {
     updates.emplace_back();
     return;
   }
-  // Its layers find their module's groups ("tp" is "<module>/tp") while it is built and run.
   const distributed::ModuleGroupScope scope(module.name);
-  ModelOptions options = module_model_options(modules, m);
-  options.tensor_group = module.tp;
-  // The expert grid's tp (the module's expt_tp; Megatron's MIMO leaves it 1 unless set).
-  if (const distributed::Communicator* etp = runtime != nullptr ? runtime->group("expert_tp") : nullptr;
-      etp != nullptr && etp->size() > 1)
-    options.expert_tensor_group = etp;
-  // More than one lane: the data-parallel strategy of distributed.data_parallel holds the
-  // module's parameters over its own dp group (Megatron's MIMO runs a distributed optimizer per
-  // module), so none is allocated whole here.
-  options.deferred_parameters = module.dp != nullptr;
-  if (module.pp != nullptr) {  // this rank builds its stage's layers
-    const PipelineLayout layout = [&] {
-      try {
-        return pipeline_layout(plan_decoder(*host, module.run_config),
-                               PipelineSettings::from_run_config(module.run_config),
-                               static_cast<uint32_t>(module.stages));
-      } catch (const config::ConfigError& e) {
-        // The stages' count is the module's pp: say whose.
-        std::vector<config::Problem> problems;
-        for (const config::Problem& p : at_module(e, module.path).problems())
-          problems.push_back({p.path, "module " + module.name + " (pp " + std::to_string(module.stages) +
-                                          "): " + p.message});
-        throw config::ConfigError(std::move(problems));
-      }
-    }();
-    if (layout.virtual_stages > 1)
-      throw config::ConfigError("distributed.pipeline.virtual_stages",
-                                module.name + " would run " + std::to_string(layout.virtual_stages) +
-                                    " chunks per pipeline stage, but a MIMO module runs one (set 1)");
-    options.placement = layout.placement_of(static_cast<uint32_t>(module.stage));
-    options.pipeline_group = module.pp;
-    options.model_chunks = static_cast<uint32_t>(layout.chunks.size());
-  }
-  Model& model = *models.emplace_back(std::make_unique<Model>(*host, module.run_config, options));
-  if (module.encoder == model.produces_loss())
-    throw config::ConfigError(module.encoder ? module.path + ".model.head.component" : "model.head.component",
-                              module.encoder
-                                  ? "an encoder's head must hand its output on (an input projection "
-                                    "such as vision.projection), not produce a loss"
-                                  : "the language model's head must produce the loss");
-  // The bridge hands whole [samples, tokens, hidden] outputs over; an encoder's stream cut over tp
-  // (and the sums of its norms' partial gradients that would need) is not built.
-  if (module.encoder && model.sequence_parallel())
-    throw config::ConfigError(module.path + ".model.sequence_parallel",
-                              "sequence parallelism is not built for a MIMO encoder (its outputs go over "
-                              "the bridge whole): set it false");
-  UpdateRanks ranks;
-  ranks.dp = module.dp;
-  ranks.dp_rank = module.dp_rank;
-  ranks.runtime = runtime;
-  if (const distributed::Communicator* tp = module.tp; tp != nullptr)
-    ranks.sum_over_tp = [tp](double local) { return tp->all_reduce(local, distributed::ReduceOp::sum); };
-  if (const distributed::Communicator* etp = options.expert_tensor_group; etp != nullptr)
-    ranks.sum_over_expert_tp = [etp](double local) {
-      return etp->all_reduce(local, distributed::ReduceOp::sum);
-    };
-  if (const distributed::Communicator* ep = module.ep; ep != nullptr)  // the experts divided over it
-    ranks.sum_over_ep = [ep](double local) { return ep->all_reduce(local, distributed::ReduceOp::sum); };
-  if (const distributed::Communicator* pp = module.pp; pp != nullptr) {
-    // Each stage holds part of the module: the norm adds them, a tied copy counts on its owner,
-    // and the stages holding a tied parameter sum its gradient.
-    stages[m] = gather_pipeline_stages(*pp, model.parameters(), model.parameter_chunks());
-    add_pipeline_stages(ranks, *pp, stages[m]);
-    tied_groups[m] = pp->split(stages[m].holds_shared() ? 0 : -1, pp->rank(), module.name + " embedding");
-  }
+  Model& model = *models.emplace_back(std::make_unique<Model>(*host, module.run_config, module_options(m)));
+  check_module_model(module, model);
+  const UpdateRanks ranks = module_update_ranks(m, model);
   const OptimizerSettings optimizer = OptimizerSettings::from_run_config(run_config);
   updates.push_back(module.dp != nullptr
                         ? make_sharded_update(*host, module.run_config, model, *runtime, optimizer, ranks)

@@ -65,6 +65,10 @@ struct MimoTrainer::Impl {
   // mimo_trainer.cpp: building.
   void read_settings();
   void build_module(std::size_t m);
+  ModelOptions module_options(std::size_t m) const;
+  const distributed::Communicator* expert_tensor_group() const;
+  void check_module_model(const MimoModule& module, const Model& model) const;
+  UpdateRanks module_update_ranks(std::size_t m, const Model& model);
 
   // mimo_step.cpp: a step.
   struct Microbatches {
