@@ -161,34 +161,42 @@ std::vector<int64_t> Model::stream_shape_of(const Run& run) const {
   return connection_->stream_shape(run.batch_shape[0], stream_seq(run.batch_shape[1]));
 }
 
+// Starts sending chunk `chunk`'s boundary tensor of microbatch `microbatch` in `direction` (its
+// output forward, its input's gradient backward).
+void Model::send_boundary(bool forward, const char* call, uint32_t chunk, uint32_t microbatch,
+                          Tensor tensor) {
+  PipelineLink& link = link_for(call);
+  link.send(forward ? PipelineLink::Direction::forward : PipelineLink::Direction::backward,
+            run_of(chunk, microbatch).chunk->index, microbatch, static_cast<uint32_t>(runs_[chunk].size()),
+            std::move(tensor));
+}
+
+// Starts receiving chunk `chunk`'s boundary tensor of microbatch `microbatch`, a stream of its
+// run's shape (its input forward, its output's gradient backward).
+void Model::receive_boundary(bool forward, const char* call, uint32_t chunk, uint32_t microbatch) {
+  PipelineLink& link = link_for(call);
+  const Run& run = run_of(chunk, microbatch);
+  link.receive(forward ? PipelineLink::Direction::forward : PipelineLink::Direction::backward,
+               run.chunk->index, microbatch, static_cast<uint32_t>(runs_[chunk].size()), stream_shape_of(run),
+               settings_.activation_dtype, device_);
+}
+
 void Model::send_chunk_output(uint32_t chunk, uint32_t microbatch) {
-  PipelineLink& link = link_for("send_forward");
-  const auto microbatches = static_cast<uint32_t>(runs_.at(chunk).size());
-  link.send(PipelineLink::Direction::forward, run_of(chunk, microbatch).chunk->index, microbatch,
-            microbatches, take_chunk_output(chunk, microbatch));
+  link_for("send_forward");  // before the output is taken from its run
+  send_boundary(true, "send_forward", chunk, microbatch, take_chunk_output(chunk, microbatch));
 }
 
 void Model::receive_chunk_input(uint32_t chunk, uint32_t microbatch) {
-  PipelineLink& link = link_for("recv_forward");
-  const Run& run = run_of(chunk, microbatch);
-  link.receive(PipelineLink::Direction::forward, run.chunk->index, microbatch,
-               static_cast<uint32_t>(runs_[chunk].size()), stream_shape_of(run), settings_.activation_dtype,
-               device_);
+  receive_boundary(true, "recv_forward", chunk, microbatch);
 }
 
 void Model::send_chunk_input_grad(uint32_t chunk, uint32_t microbatch) {
-  PipelineLink& link = link_for("send_backward");
-  const auto microbatches = static_cast<uint32_t>(runs_.at(chunk).size());
-  link.send(PipelineLink::Direction::backward, run_of(chunk, microbatch).chunk->index, microbatch,
-            microbatches, take_chunk_input_grad(chunk, microbatch));
+  link_for("send_backward");  // before the gradient is taken from its run
+  send_boundary(false, "send_backward", chunk, microbatch, take_chunk_input_grad(chunk, microbatch));
 }
 
 void Model::receive_chunk_output_grad(uint32_t chunk, uint32_t microbatch) {
-  PipelineLink& link = link_for("recv_backward");
-  const Run& run = run_of(chunk, microbatch);
-  link.receive(PipelineLink::Direction::backward, run.chunk->index, microbatch,
-               static_cast<uint32_t>(runs_[chunk].size()), stream_shape_of(run), settings_.activation_dtype,
-               device_);
+  receive_boundary(false, "recv_backward", chunk, microbatch);
 }
 
 void Model::finish_transfers() {

@@ -370,6 +370,8 @@ class Model {
   void note_in_flight();
   PipelineLink& link_for(const char* call);
   std::vector<int64_t> stream_shape_of(const Run& run) const;
+  void send_boundary(bool forward, const char* call, uint32_t chunk, uint32_t microbatch, Tensor tensor);
+  void receive_boundary(bool forward, const char* call, uint32_t chunk, uint32_t microbatch);
   // model_splice.cpp: the special tokens' rows of the embedding's output and of its gradient.
   void find_splice_positions(Run& run, const Batch& batch) const;
   void splice_forward(Run& run, Tensor& embedded) const;
